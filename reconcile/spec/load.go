@@ -1,0 +1,352 @@
+package spec
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// File names inside a cluster directory.
+const (
+	ClusterFile = "cluster.yaml"
+	SecretsFile = "secrets.yaml"
+)
+
+// maxFileSize bounds what is read of any one cluster file.
+const maxFileSize = 4 << 20
+
+// coreSections are the top-level keys the engine itself owns.
+var coreSections = []string{
+	"name", "tags", "talos", "kubernetes", "controlplane", "workers", "network",
+	"security", "tailscale", "openstack", "proxmox", "metal", "include",
+}
+
+// pluginSections are the top-level keys owned by the plugins this build
+// knows: they are accepted next to the core sections.
+var pluginSections = []string{"argocd", "rancher", "charts"}
+
+// Options tune how a cluster directory is read.
+type Options struct {
+	// TolerateMissingIncludes reads a missing include file as empty and
+	// reports it as a warning instead of an error (what `check` does).
+	TolerateMissingIncludes bool
+}
+
+// Load reads and validates the cluster directory dir. It returns the cluster
+// and its warnings, or an *Error holding every problem found.
+func Load(dir string, opts Options) (*Cluster, []Problem, error) {
+	l := &loader{dir: dir, opts: opts}
+	tree := l.read()
+	if tree == nil {
+		return nil, l.warns, l.fail()
+	}
+	l.moved(tree)
+	v := &validator{loader: l}
+	c := v.cluster(tree)
+	if len(l.errs) > 0 {
+		return nil, l.warns, l.fail()
+	}
+	c.Dir = dir
+	c.Files = l.files
+	return c, l.warns, nil
+}
+
+// loader collects the problems of one Load call.
+type loader struct {
+	dir   string
+	opts  Options
+	files []string
+	errs  []Problem
+	warns []Problem
+}
+
+func (l *loader) fail() error {
+	order := map[string]int{}
+	for i, f := range l.files {
+		order[f] = i + 1
+	}
+	slices.SortStableFunc(l.errs, func(a, b Problem) int {
+		if d := order[a.File] - order[b.File]; d != 0 {
+			return d
+		}
+		return a.Line - b.Line
+	})
+	return &Error{Problems: l.errs}
+}
+
+func (l *loader) errorAt(file string, line int, key, format string, args ...any) {
+	l.errs = append(l.errs, Problem{File: file, Line: line, Key: key, Message: fmt.Sprintf(format, args...)})
+}
+
+func (l *loader) warnAt(file string, line int, key, format string, args ...any) {
+	l.warns = append(l.warns, Problem{File: file, Line: line, Key: key, Message: fmt.Sprintf(format, args...)})
+}
+
+// readFile parses one file of the cluster directory; it reports and returns
+// nil when the file cannot be read or is not a mapping.
+func (l *loader) readFile(name string) *node {
+	path := filepath.Join(l.dir, name)
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			l.errorAt(name, 0, "", "missing %s in %s", name, l.dir)
+		} else {
+			l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
+		}
+		return nil
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
+		return nil
+	}
+	if len(data) > maxFileSize {
+		l.errorAt(name, 0, "", "is larger than %d bytes", maxFileSize)
+		return nil
+	}
+	tree, dups, err := parseYAML(name, data)
+	if err != nil {
+		l.errorAt(name, 0, "", "%s", strings.TrimPrefix(err.Error(), name+": "))
+		return nil
+	}
+	l.warns = append(l.warns, dups...)
+	if tree.kind != kindMap {
+		if tree.kind == kindNull {
+			l.errorAt(name, tree.line, "", "must be a YAML mapping, but the file is empty")
+		} else {
+			l.errorAt(name, tree.line, "", "must be a YAML mapping, not a %s", tree.describe())
+		}
+		return nil
+	}
+	return tree
+}
+
+// pathlessError drops the absolute path an *fs.PathError carries: problems
+// name files relative to the cluster directory.
+func pathlessError(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// read loads cluster.yaml and its includes and returns the merged tree.
+func (l *loader) read() *node {
+	l.files = []string{ClusterFile}
+	root := l.readFile(ClusterFile)
+	if root == nil {
+		return nil
+	}
+	l.unknownTopLevel(root, true)
+	includes := l.includes(root)
+	merged := root
+	for _, inc := range includes {
+		n := inc.tree
+		if n == nil {
+			continue
+		}
+		l.unknownTopLevel(n, false)
+		merge(l, merged, n, "")
+	}
+	return merged
+}
+
+func (l *loader) unknownTopLevel(n *node, isCluster bool) {
+	var unknown []string
+	for _, k := range n.keys {
+		if k == "include" && !isCluster {
+			l.errorAt(n.file, n.vals[k].line, "include", "an included file cannot include other files; list every file in cluster.yaml")
+			continue
+		}
+		if !slices.Contains(coreSections, k) && !slices.Contains(pluginSections, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		l.errorAt(n.file, n.vals[unknown[0]].line, "", "unknown key(s): %s", strings.Join(unknown, ", "))
+		for _, k := range unknown {
+			n.remove(k)
+		}
+	}
+}
+
+type include struct {
+	entry string
+	tree  *node
+}
+
+// includes checks the include list of cluster.yaml and reads every file.
+func (l *loader) includes(root *node) []include {
+	list := root.get("include")
+	listed := map[string]string{} // resolved path -> entry as written
+	var out []include
+	realDir, err := filepath.EvalSymlinks(l.dir)
+	if err != nil {
+		realDir = l.dir
+	}
+	if !list.isNull() {
+		if list.kind != kindList {
+			l.errorAt(list.file, list.line, "include", "include must be a list of file names")
+			list = nil
+		}
+	}
+	var items []*node
+	if list != nil {
+		items = list.items
+	}
+	for i, it := range items {
+		key := fmt.Sprintf("include[%d]", i)
+		if it.kind != kindString || strings.TrimSpace(it.str) == "" {
+			l.errorAt(it.file, it.line, key, "include must be a list of file names; entry %d is %s", i+1, emptyOr(it))
+			continue
+		}
+		entry := it.str
+		if filepath.IsAbs(entry) {
+			l.errorAt(it.file, it.line, key, "include '%s' must be a path inside the cluster directory", entry)
+			continue
+		}
+		clean := filepath.Clean(entry)
+		full := filepath.Join(l.dir, clean)
+		resolved, rerr := filepath.EvalSymlinks(full)
+		if rerr != nil {
+			resolved = filepath.Join(realDir, clean)
+		}
+		rel, relErr := filepath.Rel(realDir, resolved)
+		if relErr != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			l.errorAt(it.file, it.line, key, "include '%s' must be a path inside the cluster directory", entry)
+			continue
+		}
+		if rel == ClusterFile {
+			l.errorAt(it.file, it.line, key, "cluster.yaml is the cluster file itself; do not list it")
+			continue
+		}
+		if _, dup := listed[rel]; dup {
+			l.errorAt(it.file, it.line, key, "include lists %s twice", entry)
+			continue
+		}
+		listed[rel] = entry
+		st, serr := os.Stat(full)
+		switch {
+		case serr != nil && errors.Is(serr, fs.ErrNotExist):
+			if l.opts.TolerateMissingIncludes {
+				l.warnAt(it.file, it.line, key, "include %s is missing; it is read as empty", entry)
+			} else {
+				l.errorAt(it.file, it.line, key, "include %s is missing", entry)
+			}
+			continue
+		case serr != nil:
+			l.errorAt(it.file, it.line, key, "include %s cannot be read: %s", entry, pathlessError(serr))
+			continue
+		case !st.Mode().IsRegular():
+			l.errorAt(it.file, it.line, key, "include %s is not a file", entry)
+			continue
+		}
+		l.files = append(l.files, clean)
+		out = append(out, include{entry: entry, tree: l.readFile(clean)})
+	}
+	if _, ok := listed[SecretsFile]; !ok {
+		if st, err := os.Stat(filepath.Join(l.dir, SecretsFile)); err == nil && st.Mode().IsRegular() {
+			line := 0
+			if list != nil {
+				line = list.line
+			}
+			l.errorAt(ClusterFile, line, "include", "secrets.yaml exists but include does not list it; it is no longer merged automatically: add 'include: [secrets.yaml]'")
+		}
+	}
+	root.remove("include")
+	return out
+}
+
+func emptyOr(n *node) string {
+	if n.kind == kindString {
+		return "empty"
+	}
+	return "a " + n.describe()
+}
+
+// remove deletes a key from a mapping node.
+func (n *node) remove(key string) {
+	if n == nil || n.kind != kindMap {
+		return
+	}
+	if _, ok := n.vals[key]; !ok {
+		return
+	}
+	delete(n.vals, key)
+	n.keys = slices.DeleteFunc(n.keys, func(k string) bool { return k == key })
+}
+
+// merge deep-merges src into dst. Mappings merge key by key; any other value
+// set in both files is an error naming the key and both files. A null value
+// adds nothing and collides with nothing.
+func merge(l *loader, dst, src *node, prefix string) {
+	for _, k := range src.keys {
+		sv := src.vals[k]
+		path := joinKey(prefix, k)
+		if sv.isNull() {
+			continue
+		}
+		dv, ok := dst.vals[k]
+		if !ok || dv.isNull() {
+			if !ok {
+				dst.keys = append(dst.keys, k)
+			}
+			dst.vals[k] = sv
+			dst.keyKinds[k] = src.keyKinds[k]
+			continue
+		}
+		if dv.kind == kindMap && sv.kind == kindMap {
+			merge(l, dv, sv, path)
+			continue
+		}
+		l.errorAt(sv.file, sv.line, path, "%s is set in both %s and %s", path, dv.file, sv.file)
+	}
+}
+
+func joinKey(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}
+
+// movedKeys maps keys the Python tool moved (up to 0.7.x) to their new home.
+var movedKeys = []struct{ old, new []string }{
+	{[]string{"network", "cidr"}, []string{"network", "cluster", "cidr"}},
+	{[]string{"proxmox", "network", "cluster", "vlan"}, []string{"network", "cluster", "vlan"}},
+	{[]string{"proxmox", "network", "cluster", "kubeapi_vip"}, []string{"network", "cluster", "kubeapi_vip"}},
+	{[]string{"proxmox", "network", "external", "cidr"}, []string{"network", "external", "cidr"}},
+	{[]string{"proxmox", "network", "external", "gateway"}, []string{"network", "external", "gateway"}},
+	{[]string{"proxmox", "network", "external", "anchor_cidr"}, []string{"network", "external", "anchor_cidr"}},
+	{[]string{"proxmox", "network", "external", "kubeapi_vip"}, []string{"network", "external", "kubeapi_vip"}},
+	{[]string{"proxmox", "network", "external", "vlan"}, []string{"network", "external", "vlan"}},
+	{[]string{"proxmox", "network", "external", "ingress_pool"}, []string{"network", "external", "ingress_pool"}},
+}
+
+// moved refuses keys that moved, naming the new location, and drops them so
+// the unknown-key checks do not report them a second time.
+func (l *loader) moved(tree *node) {
+	for _, m := range movedKeys {
+		parent := tree
+		for _, k := range m.old[:len(m.old)-1] {
+			parent = parent.get(k)
+		}
+		last := m.old[len(m.old)-1]
+		v := parent.get(last)
+		if v == nil {
+			continue
+		}
+		old := strings.Join(m.old, ".")
+		l.errorAt(v.file, v.line, old, "%s has moved to %s", old, strings.Join(m.new, "."))
+		parent.remove(last)
+	}
+}
+

@@ -1,0 +1,294 @@
+// Package spec reads a cluster directory (cluster.yaml, its includes and
+// secrets.yaml) the way the Python taloscluster tool reads it, validates it
+// and turns it into a typed Cluster.
+//
+// Loading goes raw YAML -> merged tree -> Validate -> Cluster in one step, and
+// every problem is reported at once, each naming the file, the line and the
+// dotted key path. Warnings never block a load.
+package spec
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Role is the role a machine plays in the cluster.
+type Role string
+
+// Machine roles.
+const (
+	RoleControlPlane Role = "controlplane"
+	RoleWorker       Role = "worker"
+)
+
+// ProviderKind names the VM provider a cluster runs on.
+type ProviderKind string
+
+// VM providers.
+const (
+	ProviderOpenStack ProviderKind = "openstack"
+	ProviderProxmox   ProviderKind = "proxmox"
+)
+
+// Cluster is a validated cluster directory.
+type Cluster struct {
+	// Dir is the cluster directory the files were read from.
+	Dir string
+	// Files lists every file that was merged, cluster.yaml first, as paths
+	// relative to Dir.
+	Files []string
+
+	Name       string
+	Tags       map[string]string
+	Talos      Talos
+	Kubernetes Kubernetes
+	// ControlPlane is the control-plane pool; its Name is "controlplane".
+	ControlPlane Pool
+	// Workers are the worker pools in file order.
+	Workers  []Pool
+	Network  Network
+	Security []SecurityRule
+	// Tailscale is nil when no tailscale section is opted in.
+	Tailscale *Tailscale
+	Provider  ProviderKind
+	OpenStack *OpenStack
+	Proxmox   *Proxmox
+	// Metal holds the bare-metal groups in file order; empty when absent.
+	Metal []MetalGroup
+	// Plugins holds the configured plugin sections (argocd, rancher, charts).
+	Plugins Plugins
+}
+
+// Talos is the talos section.
+type Talos struct {
+	// Version is normalised with a leading "v".
+	Version       string
+	Extensions    []string
+	ConfigPatches []string
+	KubeSpan      bool
+}
+
+// Kubernetes is the kubernetes section.
+type Kubernetes struct {
+	// Version is normalised with a leading "v".
+	Version string
+}
+
+// Pool is the control-plane pool or one worker pool.
+type Pool struct {
+	Name string
+	Role Role
+	// Index is the pool's position among the worker pools in file order
+	// (0 for the first worker pool); it is -1 for the control plane.
+	Index         int
+	Count         int
+	Flavor        string
+	Disk          int // GB
+	Cores         int
+	Memory        int // GB
+	Node          string
+	Extensions    []string
+	ConfigPatches []string
+	Tags          map[string]string
+}
+
+// Hostname returns the hostname of the pool's n-th machine (n starts at 1).
+// The number is at least two digits wide.
+func (p Pool) Hostname(cluster string, n int) string {
+	return fmt.Sprintf("%s-%s-%02d", cluster, p.Name, n)
+}
+
+// Pools returns the control-plane pool followed by the worker pools.
+func (c *Cluster) Pools() []Pool {
+	return append([]Pool{c.ControlPlane}, c.Workers...)
+}
+
+// Network is the network section.
+type Network struct {
+	DNS      []netip.Addr
+	NTP      []string
+	Cluster  L2
+	External *L2
+}
+
+// L2 is one layer-2 network block (network.cluster, network.external or a
+// metal network). Zero values mean "not set".
+type L2 struct {
+	CIDR       netip.Prefix
+	Gateway    netip.Addr
+	VLAN       int
+	MTU        int // 1500 when not set
+	KubeAPIVIP netip.Addr
+	AnchorCIDR netip.Prefix
+	// IngressPool is nil when not set.
+	IngressPool *AddrRange
+}
+
+// AddrRange is an inclusive IPv4 range.
+type AddrRange struct {
+	Start, End netip.Addr
+}
+
+// Contains reports whether a lies inside the range.
+func (r AddrRange) Contains(a netip.Addr) bool {
+	return r.Start.Compare(a) <= 0 && a.Compare(r.End) <= 0
+}
+
+func (r AddrRange) String() string { return r.Start.String() + "-" + r.End.String() }
+
+// KubeAPIVIP returns the configured API VIP (Proxmox) and whether it sits on
+// the external network.
+func (n Network) KubeAPIVIP() (vip netip.Addr, external bool) {
+	if n.External != nil && n.External.KubeAPIVIP.IsValid() {
+		return n.External.KubeAPIVIP, true
+	}
+	return n.Cluster.KubeAPIVIP, false
+}
+
+// SecurityRule is one entry of the security section.
+type SecurityRule struct {
+	Name string
+	Port int
+	// Hosts are the allowed sources in file order.
+	Hosts []SecurityHost
+}
+
+// SecurityHost is one labelled source network of a security rule.
+type SecurityHost struct {
+	Label string
+	CIDR  netip.Prefix
+}
+
+// Tailscale is the tailscale section.
+type Tailscale struct {
+	LoginServer string
+	// AuthKey is a secret; it is empty when not set.
+	AuthKey string
+}
+
+// OpenStack is the openstack section.
+type OpenStack struct {
+	URL              string
+	AvailabilityZone string
+	ExternalNet      string
+	Region           string
+	Metadata         bool
+	// CredentialID and CredentialSecret are secrets, checked only when a
+	// command needs them (see Cluster.Credentials).
+	CredentialID     string
+	CredentialSecret string
+}
+
+// Proxmox is the proxmox section.
+type Proxmox struct {
+	URL               string
+	Storage           string
+	ISOStorage        string
+	CIDataStorage     string
+	PlacementStrategy string
+	Nodes             []string
+	TLSVerify         TLSVerify
+	Network           ProxmoxNetwork
+	// TokenID and TokenSecret are secrets, checked only when a command
+	// needs them.
+	TokenID     string
+	TokenSecret string
+	// ImageFactory is the Talos Image Factory base URL. It is an optional
+	// key this implementation adds beside the Python tool's schema.
+	ImageFactory string
+}
+
+// APIURL returns the Proxmox API base URL, ending in /api2/json.
+func (p *Proxmox) APIURL() string {
+	return apiURL(p.URL)
+}
+
+// TLSVerify is a Proxmox or BMC tls_verify value: a bool or a CA bundle path.
+type TLSVerify struct {
+	Verify bool
+	// CAFile is the CA bundle path, relative to the cluster directory as
+	// written; empty when tls_verify is a bool.
+	CAFile string
+}
+
+// ProxmoxNetwork is proxmox.network.
+type ProxmoxNetwork struct {
+	ClusterBridge string
+	ClusterVNet   string
+	// SDN is nil unless the cluster network is a managed EVPN SDN.
+	SDN *SDN
+	// ExternalBridge is empty when there is no external NIC.
+	ExternalBridge string
+}
+
+// SDN is proxmox.network.cluster.sdn with its defaults applied.
+type SDN struct {
+	Name            string
+	Zone            string
+	Controller      string
+	ASN             int64
+	VRFTag          int64
+	Tag             int64
+	MTU             int
+	Nodes           []string
+	ExitNodes       []string
+	PrimaryExitNode string
+}
+
+// MetalGroup is one group of bare-metal machines.
+type MetalGroup struct {
+	Name    string
+	Servers []MetalServer
+}
+
+// MetalServer is one bare-metal machine with its group's settings merged in.
+type MetalServer struct {
+	Name        string
+	Group       string
+	Role        Role
+	Disk        string
+	Redfish     bool
+	AutoJoin    bool
+	BootTimeout int
+	Extensions  []string
+	// Network is the machine's L2, the cluster L2 when not set.
+	Network    L2
+	Interfaces []MetalInterface
+	BMC        BMC
+}
+
+// MetalInterface is one interface of a metal machine.
+type MetalInterface struct {
+	Name     string
+	Roles    []string
+	IP       netip.Prefix
+	DNS      []netip.Addr
+	LinkName string
+	VLAN     int
+}
+
+// BMC is a metal machine's baseboard management controller.
+type BMC struct {
+	IP        netip.Addr
+	Username  string
+	Password  string
+	Scheme    string
+	TLSVerify TLSVerify
+}
+
+// Plugins holds the plugin sections. A nil field means the section is absent.
+type Plugins struct {
+	ArgoCD  map[string]any
+	Rancher map[string]any
+	Charts  map[string]any
+}
+
+// apiURL appends /api2/json to a Proxmox origin unless it is there already.
+func apiURL(origin string) string {
+	u := strings.TrimRight(origin, "/")
+	if strings.HasSuffix(u, "/api2/json") {
+		return u
+	}
+	return u + "/api2/json"
+}
