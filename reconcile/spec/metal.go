@@ -173,7 +173,7 @@ func (v *validator) metalInterface(n *node, name, path string) *MetalInterface {
 	var roles []*node
 	switch {
 	case r.isNull():
-		v.errorf(where(n, "role"), path+".role", "missing required key %s.role (cluster, external or pxe)", path)
+		// Required after the group and server settings are merged.
 	case r.kind == kindList:
 		roles = r.items
 	default:
@@ -346,8 +346,13 @@ func (v *validator) metalServer(g, s metalFields, group, name, path string, sn *
 			merged[name] = in
 		}
 	}
-	for _, name := range order {
-		srv.Interfaces = append(srv.Interfaces, merged[name])
+	for _, ifname := range order {
+		in := merged[ifname]
+		if len(in.Roles) == 0 {
+			v.errorf(sn, path+".interfaces."+ifname+".role", "metal server '%s': interface %s has no role (cluster, external or pxe)", name, ifname)
+			ok = false
+		}
+		srv.Interfaces = append(srv.Interfaces, in)
 	}
 	bmc := map[string]any{}
 	for k, val := range g.bmc {

@@ -81,7 +81,7 @@ var (
 	yaml11Oct  = regexp.MustCompile(`^[-+]?0[0-7_]+$`)
 	yaml11Hex  = regexp.MustCompile(`^[-+]?0x[0-9a-fA-F_]+$`)
 	yaml11Bin  = regexp.MustCompile(`^[-+]?0b[01_]+$`)
-	yaml11Flt  = regexp.MustCompile(`^[-+]?([0-9][0-9_]*)?\.[0-9.]*([eE][-+][0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$`)
+	yaml11Flt  = regexp.MustCompile(`^[-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?$|^\.[0-9_]+([eE][-+][0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$`)
 )
 
 // parseYAML reads one file's bytes into a node tree.
