@@ -349,4 +349,3 @@ func (l *loader) moved(tree *node) {
 		parent.remove(last)
 	}
 }
-

@@ -252,7 +252,9 @@ func TestRules(t *testing.T) {
 
 		// 20. security.
 		{name: "20 security entry not mapping", base: proxmoxBase, mutate: func(t tree) { t.set("security.kubernetes", "100.64.0.0/10") }, want: outcome{errKey: "security.kubernetes"}},
-		{name: "20 security unknown long keys", base: proxmoxBase, mutate: func(t tree) { t.set("security.metrics", map[string]any{"port": 9100, "hosts": map[string]any{}, "proto": "udp"}) }, want: outcome{errText: "security.metrics has unknown keys: proto"}},
+		{name: "20 security unknown long keys", base: proxmoxBase, mutate: func(t tree) {
+			t.set("security.metrics", map[string]any{"port": 9100, "hosts": map[string]any{}, "proto": "udp"})
+		}, want: outcome{errText: "security.metrics has unknown keys: proto"}},
 		{name: "20 security missing port", base: proxmoxBase, mutate: func(t tree) { t.set("security.metrics", map[string]any{"mon": "10.0.0.0/8"}) }, want: outcome{errText: "security.metrics requires an explicit 'port'"}},
 		{name: "20 security port range", base: proxmoxBase, mutate: func(t tree) { t.set("security.metrics", map[string]any{"port": 0}) }, want: outcome{errText: "security.metrics.port must be 1-65535"}},
 		{name: "20 https port change", base: proxmoxBase, mutate: func(t tree) { t.set("security.https", map[string]any{"port": 8443, "hosts": map[string]any{}}) }, want: outcome{errText: "security.https cannot change its port from 443 to 8443"}},
