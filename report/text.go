@@ -1,0 +1,110 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+)
+
+// diffIndent is the indentation of diff lines under their change.
+const diffIndent = "      "
+
+// Text writes the plan for a terminal: a header naming the cluster, the
+// changes grouped by phase in converge order, one line each
+//
+//	<symbol> <kind> <name>  <reason> [key=value ...]
+//
+// with any diff indented below its change, then the warnings
+// ("warning: ...") and refusals ("refused: <kind> <name>: <reason>"), and
+// last a totals line and the plan's Summary. An empty plan says that
+// nothing would change. The output is written with a single Write.
+func Text(w io.Writer, p *plan.Plan) error {
+	s := p.Sorted()
+	var b strings.Builder
+
+	b.WriteString("Plan for cluster " + clean(s.Cluster))
+	if s.Commit != "" {
+		b.WriteString(" at commit " + clean(s.Commit))
+	}
+	b.WriteString(":\n")
+
+	for _, g := range groupByPhase(s.Changes) {
+		b.WriteString("\n" + clean(string(g.phase)) + ":\n")
+		writeTextChanges(&b, g.changes)
+	}
+
+	if len(s.Warnings) > 0 || len(s.Refusals) > 0 {
+		b.WriteString("\n")
+	}
+	for _, msg := range s.Warnings {
+		b.WriteString("warning: " + clean(msg) + "\n")
+	}
+	for _, r := range s.Refusals {
+		fmt.Fprintf(&b, "refused: %s %s: %s\n", clean(string(r.Resource.Kind)), clean(r.Resource.Name), clean(r.Reason))
+	}
+
+	b.WriteString("\n")
+	if s.Empty() {
+		b.WriteString("No changes: converge would leave the cluster as it is.\n")
+	} else {
+		n := s.Counts()
+		b.WriteString("Plan: " + countsSentence(n) + ".\n")
+		if n.Refused > 0 {
+			b.WriteString(refusedSentence(n.Refused) + ".\n")
+		}
+		b.WriteString("Summary: " + s.Summary() + "\n")
+	}
+
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("writing text plan: %w", err)
+	}
+	return nil
+}
+
+// writeTextChanges writes the lines of one phase, with the symbol, kind and
+// name columns aligned across the phase.
+func writeTextChanges(b *strings.Builder, changes []plan.Change) {
+	type row struct {
+		symbol, kind, name, rest string
+		diff                     string
+	}
+	rows := make([]row, len(changes))
+	var symbolWidth, kindWidth, nameWidth int
+	for i, c := range changes {
+		r := row{
+			symbol: c.Action.Symbol(),
+			kind:   clean(string(c.Resource.Kind)),
+			name:   clean(c.Resource.Name),
+			diff:   c.Diff,
+		}
+		var rest []string
+		if c.Reason != "" {
+			rest = append(rest, clean(c.Reason))
+		}
+		if len(c.Attributes) > 0 {
+			rest = append(rest, "["+formatAttributes(c.Attributes)+"]")
+		}
+		r.rest = strings.Join(rest, " ")
+		symbolWidth = max(symbolWidth, utf8.RuneCountInString(r.symbol))
+		kindWidth = max(kindWidth, utf8.RuneCountInString(r.kind))
+		nameWidth = max(nameWidth, utf8.RuneCountInString(r.name))
+		rows[i] = r
+	}
+	for _, r := range rows {
+		line := fmt.Sprintf("  %-*s %-*s %-*s  %s", symbolWidth, r.symbol, kindWidth, r.kind, nameWidth, r.name, r.rest)
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+		if r.diff == "" {
+			continue
+		}
+		for _, l := range diffLines(r.diff) {
+			if l == "" {
+				b.WriteString("\n")
+				continue
+			}
+			b.WriteString(diffIndent + l + "\n")
+		}
+	}
+}
