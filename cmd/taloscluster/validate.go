@@ -37,17 +37,27 @@ func loadCluster(dir string, stderr io.Writer) (*spec.Cluster, error) {
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
+	return c, problems(err, stderr)
+}
+
+// loadClusterQuiet loads a cluster directory for a command that carries the
+// warnings in its own output (a plan); in text output they are printed there
+// rather than on stderr.
+func loadClusterQuiet(dir string, stderr io.Writer, _ string) (*spec.Cluster, []spec.Problem, error) {
+	c, warnings, err := spec.Load(dir, spec.Options{})
+	return c, warnings, problems(err, stderr)
+}
+
+// problems prints a load error's problems and turns it into exit code 1.
+func problems(err error, stderr io.Writer) error {
 	var se *spec.Error
 	if errors.As(err, &se) {
 		for _, p := range se.Problems {
 			fmt.Fprintf(stderr, "error: %s\n", p)
 		}
-		return nil, &exitError{code: 1}
+		return &exitError{code: 1}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+	return err
 }
 
 func displayDir(dir string) string {

@@ -66,6 +66,10 @@ func (v *validator) security(t *node) []SecurityRule {
 			continue
 		}
 		norm := NormalizeRuleName(name)
+		if norm == "" {
+			v.errorf(entry, path, "%s has no letters or digits to name its Talos firewall rule; rename it", path)
+			continue
+		}
 		if other, dup := normalized[norm]; dup {
 			v.errorf(entry, path, "security.%s and security.%s both become the Talos firewall rule security-%s; rename one", other, name, norm)
 			continue

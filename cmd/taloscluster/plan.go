@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/report"
+)
+
+func newPlan() *cobra.Command {
+	var (
+		dir     string
+		offline bool
+		output  string
+	)
+	cmd := &cobra.Command{
+		Use:   "plan [-C DIR] --offline [-o text|json|markdown]",
+		Short: "Show what converge would change",
+		Long: "Plan shows every change converge would make, and changes nothing.\n\n" +
+			"With --offline it asks no provider and plans the first build of a cluster\n" +
+			"that does not exist yet, from cluster.yaml alone.",
+		Args: argsUsage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			render, err := renderer(output)
+			if err != nil {
+				return err
+			}
+			c, warnings, err := loadClusterQuiet(dir, cmd.ErrOrStderr(), output)
+			if err != nil {
+				return err
+			}
+			if !offline {
+				return &exitError{code: 1, msg: "planning against a live provider is not implemented yet; use --offline to plan the first build from cluster.yaml alone"}
+			}
+			p, err := reconcile.FirstBuild(c, warnings)
+			if err != nil {
+				return err
+			}
+			if err := render(cmd.OutOrStdout(), p); err != nil {
+				return fmt.Errorf("writing the plan: %w", err)
+			}
+			if len(p.Refusals) > 0 {
+				return &exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	dirFlag(cmd, &dir)
+	cmd.Flags().BoolVar(&offline, "offline", false, "plan the first build from cluster.yaml alone, without asking any provider")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or markdown")
+	return cmd
+}
+
+func renderer(format string) (func(io.Writer, *plan.Plan) error, error) {
+	switch format {
+	case "text", "":
+		return report.Text, nil
+	case "json":
+		return report.JSON, nil
+	case "markdown", "md":
+		return func(w io.Writer, p *plan.Plan) error {
+			_, err := io.WriteString(w, report.Markdown(p))
+			return err
+		}, nil
+	}
+	return nil, &usageError{fmt.Errorf("unknown output format %q: use text, json or markdown", format)}
+}
