@@ -254,7 +254,7 @@ func checkMarkdownSafe(t *testing.T, md string) {
 			continue
 		}
 		if strings.HasPrefix(line, "```") {
-			fence = strings.TrimRight(line, "diff")
+			fence = strings.TrimSuffix(line, "diff")
 			continue
 		}
 		rest := line

@@ -29,7 +29,6 @@ type metalFields struct {
 	bootTimeout *int
 	extensions  []string
 	network     *L2
-	netNode     *node
 	interfaces  map[string]*MetalInterface
 	ifOrder     []string
 	bmc         map[string]any
@@ -140,7 +139,7 @@ func (v *validator) metalFields(n *node, path string, c *Cluster) metalFields {
 			v.errorf(nw, path+".network", "%s.network must be a mapping", path)
 		} else {
 			l2 := v.l2(nw, path+".network", false, false)
-			f.network, f.netNode = &l2, nw
+			f.network = &l2
 		}
 	}
 	if ifs := n.get("interfaces"); !ifs.isNull() {
@@ -311,12 +310,8 @@ func (v *validator) metalServer(g, s metalFields, group, name, path string, sn *
 	if s.extensions != nil {
 		srv.Extensions = s.extensions
 	}
-	netNode := s.netNode
 	if l2, _ := pick(g.network, s.network).(*L2); l2 != nil {
 		srv.Network = *l2
-		if netNode == nil {
-			netNode = g.netNode
-		}
 	}
 	// Interfaces merge per name, key by key.
 	merged := map[string]MetalInterface{}
