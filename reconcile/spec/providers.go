@@ -61,7 +61,7 @@ func (v *validator) proxmox(t *node, c *Cluster) *Proxmox {
 	p.URL, _ = v.requiredStr(n, "url", "proxmox.url")
 	p.Storage, _ = v.requiredStr(n, "storage", "proxmox.storage")
 	p.ISOStorage, _ = v.requiredStr(n, "iso_storage", "proxmox.iso_storage")
-	if cd := n.get("cidata_storage"); cd != nil {
+	if cd := n.get("cidata_storage"); !cd.isNull() {
 		if s, ok := v.requiredStr(n, "cidata_storage", "proxmox.cidata_storage"); ok {
 			p.CIDataStorage = s
 		}
@@ -74,8 +74,6 @@ func (v *validator) proxmox(t *node, c *Cluster) *Proxmox {
 	p.Nodes = v.strList(n, "nodes", "proxmox.nodes")
 	if tv := n.get("tls_verify"); !tv.isNull() {
 		p.TLSVerify = v.tlsVerify(tv, "proxmox.tls_verify")
-	} else if tv != nil {
-		v.errorf(tv, "proxmox.tls_verify", "proxmox.tls_verify must be true, false or the path of a CA bundle")
 	}
 	if f := n.get("image_factory"); !f.isNull() {
 		if s, ok := v.str(n, "image_factory", "proxmox.image_factory"); ok {

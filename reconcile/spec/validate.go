@@ -320,19 +320,11 @@ func (v *validator) pool(n *node, name, path string, role Role, index int, c *Cl
 	p.Disk = posInt("disk")
 	p.Cores = posInt("cores")
 	p.Memory = posInt("memory")
-	if f := n.get("flavor"); !f.isNull() {
-		if s, ok := v.str(n, "flavor", path+".flavor"); ok {
-			p.Flavor = s
-		}
-	} else if f != nil && c.Provider == ProviderOpenStack {
-		v.errorf(f, path+".flavor", "pool '%s': 'flavor' must be a non-empty string", name)
+	if s, ok := v.str(n, "flavor", path+".flavor"); ok {
+		p.Flavor = s
 	}
-	if nd := n.get("node"); nd != nil {
-		if s, ok := v.str(n, "node", path+".node"); ok {
-			p.Node = s
-		} else if nd.kind == kindNull {
-			v.errorf(nd, path+".node", "pool '%s': 'node' must be a non-empty string", name)
-		}
+	if s, ok := v.str(n, "node", path+".node"); ok {
+		p.Node = s
 	}
 	p.Extensions = v.strList(n, "extensions", path+".extensions")
 	p.ConfigPatches = v.strList(n, "config_patches", path+".config_patches")
