@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
 //go:embed scaffold/*.yaml
@@ -113,41 +115,15 @@ func template(path, name string) string {
 }
 
 // writeNew creates path with data unless it exists; it reports whether it
-// wrote the file. The content is written to a temporary file first, so a
-// failure never leaves a half-written file behind.
+// wrote the file. The write is atomic, so a failure never leaves a
+// half-written file behind.
 func writeNew(path string, data []byte, mode os.FileMode) (bool, error) {
-	if _, err := os.Lstat(path); err == nil {
+	err := state.CreateFile(path, data, mode)
+	switch {
+	case errors.Is(err, fs.ErrExist):
 		return false, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("checking %s: %w", path, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return false, fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("writing %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return false, fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return false, fmt.Errorf("writing %s: %w", path, err)
-	}
-	// A hard link fails if path appeared meanwhile, so an existing file is
-	// never replaced.
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return false, nil
-		}
-		return false, fmt.Errorf("writing %s: %w", path, err)
+	case err != nil:
+		return false, err
 	}
 	return true, nil
 }

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
-	"syscall"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"gopkg.in/yaml.v3"
+
+	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
 // ErrSecretsExist is returned by WriteSecrets when the target file already
@@ -70,123 +70,26 @@ func sanitizeYAMLError(err error) error {
 }
 
 // WriteSecrets stores a secrets bundle at path with mode 0600. The write is
-// atomic and create-only: the bundle goes to a temporary file in the same
-// directory, is synced, and is then hard-linked into place, which fails when
-// path exists; the directory is synced afterwards. An existing file yields an
+// atomic and create-only (see state.CreateFile): an existing file yields an
 // error wrapping ErrSecretsExist and is left untouched.
-func WriteSecrets(path string, bundle *secrets.Bundle) (err error) {
+func WriteSecrets(path string, bundle *secrets.Bundle) error {
 	if bundle == nil {
 		return fmt.Errorf("writing talos secrets to %q: no bundle given", path)
 	}
-
 	if err := bundle.Validate(); err != nil {
 		return fmt.Errorf("writing talos secrets to %q: checking bundle: %w", path, err)
 	}
-
-	if _, err := os.Lstat(path); err == nil {
-		return fmt.Errorf("writing talos secrets to %q: %w", path, ErrSecretsExist)
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("writing talos secrets to %q: %w", path, err)
-	}
-
 	data, err := yaml.Marshal(bundle)
 	if err != nil {
 		return fmt.Errorf("writing talos secrets to %q: encoding bundle: %w", path, err)
 	}
-
-	dir := filepath.Dir(path)
-
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing talos secrets to %q: creating temporary file: %w", path, err)
-	}
-
-	tmpName := tmp.Name()
-
-	defer func() {
-		// The temporary name is always removed: on success the data lives on
-		// under path through the hard link.
-		if rmErr := os.Remove(tmpName); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) && err == nil {
-			err = fmt.Errorf("writing talos secrets to %q: removing temporary file: %w", path, rmErr)
-		}
-	}()
-
-	if err := writeSynced(tmp, data); err != nil {
-		return fmt.Errorf("writing talos secrets to %q: %w", path, err)
-	}
-
-	if err := os.Link(tmpName, path); err != nil {
+	if err := state.CreateFile(path, data, 0o600); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("writing talos secrets to %q: %w", path, ErrSecretsExist)
 		}
-
-		if !linkUnsupported(err) {
-			return fmt.Errorf("writing talos secrets to %q: linking into place: %w", path, err)
-		}
-
-		// Filesystems without hard links: fall back to a rename after a last
-		// existence check. The window between the check and the rename is the
-		// only place a concurrent writer could be overwritten.
-		if _, statErr := os.Lstat(path); statErr == nil {
-			return fmt.Errorf("writing talos secrets to %q: %w", path, ErrSecretsExist)
-		}
-
-		if err := os.Rename(tmpName, path); err != nil {
-			return fmt.Errorf("writing talos secrets to %q: renaming into place: %w", path, err)
-		}
+		return fmt.Errorf("writing talos secrets: %w", err)
 	}
-
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("writing talos secrets to %q: %w", path, err)
-	}
-
 	return nil
-}
-
-func writeSynced(f *os.File, data []byte) error {
-	if err := f.Chmod(0o600); err != nil {
-		f.Close() //nolint:errcheck // the chmod error is the one to report
-
-		return fmt.Errorf("setting mode of temporary file: %w", err)
-	}
-
-	if _, err := f.Write(data); err != nil {
-		f.Close() //nolint:errcheck // the write error is the one to report
-
-		return fmt.Errorf("writing temporary file: %w", err)
-	}
-
-	if err := f.Sync(); err != nil {
-		f.Close() //nolint:errcheck // the sync error is the one to report
-
-		return fmt.Errorf("syncing temporary file: %w", err)
-	}
-
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("closing temporary file: %w", err)
-	}
-
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening directory for sync: %w", err)
-	}
-
-	defer d.Close() //nolint:errcheck // read-only handle
-
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("syncing directory: %w", err)
-	}
-
-	return nil
-}
-
-func linkUnsupported(err error) bool {
-	return errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOTSUP) ||
-		errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS)
 }
 
 // minContract is the oldest Talos version the generator supports; older
