@@ -1,0 +1,171 @@
+// Package talos is the engine's side of the Talos API: it builds the admin
+// talosconfig from the cluster identity and runs the operations converge
+// needs (bootstrap, kubeconfig, versions, etcd membership) through the
+// Talos machinery client, each under its own deadline.
+package talos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// CallTimeout bounds one Talos API call.
+const CallTimeout = 30 * time.Second
+
+// Talosconfig returns the admin client config for a cluster: a client
+// certificate signed by the cluster's OS CA and the given endpoints (node
+// addresses, never the VIP).
+func Talosconfig(cluster string, bundle *secrets.Bundle, endpoints []string) ([]byte, error) {
+	in, err := generate.NewInput(cluster, "https://127.0.0.1:6443", "",
+		generate.WithSecretsBundle(bundle),
+		generate.WithEndpointList(endpoints),
+		generate.WithRoles(role.MakeSet(role.Admin)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("preparing the talosconfig of %s: %w", cluster, err)
+	}
+	cfg, err := in.Talosconfig()
+	if err != nil {
+		return nil, fmt.Errorf("generating the talosconfig of %s: %w", cluster, err)
+	}
+	data, err := cfg.Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("encoding the talosconfig of %s: %w", cluster, err)
+	}
+	return data, nil
+}
+
+// Client runs Talos API operations against one cluster.
+type Client struct {
+	c *client.Client
+}
+
+// New connects with a talosconfig (its bytes).
+func New(ctx context.Context, talosconfig []byte) (*Client, error) {
+	cfg, err := clientconfig.FromBytes(talosconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading the talosconfig: %w", err)
+	}
+	c, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("creating the Talos client: %w", err)
+	}
+	return &Client{c: c}, nil
+}
+
+// Close releases the connections.
+func (c *Client) Close() error { return c.c.Close() }
+
+func call(ctx context.Context, node string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	return client.WithNode(ctx, node), cancel
+}
+
+// Version returns the Talos version a node runs.
+func (c *Client) Version(ctx context.Context, node string) (string, error) {
+	ctx, cancel := call(ctx, node)
+	defer cancel()
+	resp, err := c.c.Version(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading the Talos version of %s: %w", node, err)
+	}
+	for _, m := range resp.GetMessages() {
+		if v := m.GetVersion(); v != nil {
+			return v.GetTag(), nil
+		}
+	}
+	return "", fmt.Errorf("reading the Talos version of %s: empty answer", node)
+}
+
+// Bootstrap bootstraps etcd on node. A cluster that is already bootstrapped
+// counts as success, so a retried or repeated converge is safe.
+func (c *Client) Bootstrap(ctx context.Context, node string) error {
+	ctx, cancel := call(ctx, node)
+	defer cancel()
+	err := c.c.Bootstrap(ctx, &machineapi.BootstrapRequest{})
+	if err == nil || AlreadyBootstrapped(err) {
+		return nil
+	}
+	return fmt.Errorf("bootstrapping etcd on %s: %w", node, err)
+}
+
+// AlreadyBootstrapped reports whether a bootstrap error says etcd already
+// has data, i.e. the cluster was bootstrapped before.
+func AlreadyBootstrapped(err error) bool {
+	return status.Code(err) == codes.AlreadyExists || strings.Contains(err.Error(), "etcd data directory is not empty")
+}
+
+// Transient reports whether an error may go away on its own (the node is
+// booting or rebooting), so the call is worth retrying.
+func Transient(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.FailedPrecondition, codes.Aborted:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// Kubeconfig fetches an admin kubeconfig from a control plane.
+func (c *Client) Kubeconfig(ctx context.Context, node string) ([]byte, error) {
+	ctx, cancel := call(ctx, node)
+	defer cancel()
+	data, err := c.c.Kubeconfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fetching the kubeconfig from %s: %w", node, err)
+	}
+	return data, nil
+}
+
+// Member is one etcd member.
+type Member struct {
+	ID       uint64
+	Hostname string
+	Learner  bool
+}
+
+// EtcdMembers lists the etcd members as a control plane sees them.
+func (c *Client) EtcdMembers(ctx context.Context, node string) ([]Member, error) {
+	ctx, cancel := call(ctx, node)
+	defer cancel()
+	resp, err := c.c.EtcdMemberList(ctx, &machineapi.EtcdMemberListRequest{QueryLocal: true})
+	if err != nil {
+		return nil, fmt.Errorf("listing etcd members on %s: %w", node, err)
+	}
+	var out []Member
+	for _, m := range resp.GetMessages() {
+		for _, mem := range m.GetMembers() {
+			out = append(out, Member{ID: mem.GetId(), Hostname: mem.GetHostname(), Learner: mem.GetIsLearner()})
+		}
+	}
+	return out, nil
+}
+
+// Retry calls f until it succeeds, fails with an error that is not
+// transient, or ctx ends; it waits between tries with a capped backoff.
+func Retry(ctx context.Context, f func(context.Context) error) error {
+	wait := 200 * time.Millisecond
+	for {
+		err := f(ctx)
+		if err == nil || !Transient(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
