@@ -107,6 +107,95 @@ func (v *validator) requiredStr(parent *node, key, path string) (string, bool) {
 	return v.str(parent, key, path)
 }
 
+// strictStr reads an optional string that must really be a string, not blank
+// (Python's isinstance(value, str) and value.strip()). Absent or null gives
+// ("", false) without a problem.
+func (v *validator) strictStr(parent *node, key, path string) (string, bool) {
+	n := parent.get(key)
+	if n.isNull() {
+		return "", false
+	}
+	if n.kind != kindString {
+		v.errorf(n, path, "%s must be a string, not a %s", path, n.describe())
+		return "", false
+	}
+	if strings.TrimSpace(n.str) == "" {
+		v.errorf(n, path, "%s must be a non-empty string", path)
+		return "", false
+	}
+	return n.str, true
+}
+
+// requiredStrictStr is strictStr for a key that must be set.
+func (v *validator) requiredStrictStr(parent *node, key, path string) (string, bool) {
+	if parent.get(key).isNull() {
+		return v.requiredStr(parent, key, path)
+	}
+	return v.strictStr(parent, key, path)
+}
+
+// pyFalsy reports whether a value is false in Python's sense: null, false,
+// zero, an empty string, list or mapping.
+func pyFalsy(n *node) bool {
+	switch n.kind {
+	case kindNull:
+		return true
+	case kindBool:
+		return !n.bool
+	case kindInt:
+		return n.num == 0
+	case kindFloat:
+		f, err := strconv.ParseFloat(strings.ReplaceAll(n.str, "_", ""), 64)
+		return err == nil && f == 0
+	case kindString:
+		return n.str == ""
+	case kindList:
+		return len(n.items) == 0
+	case kindMap:
+		return len(n.keys) == 0
+	}
+	return false
+}
+
+// pyTruthy reports whether a value is true in Python's sense (see pyFalsy).
+func pyTruthy(n *node) bool { return n != nil && !pyFalsy(n) }
+
+// pyText renders a value the way Python's str() does for the scalars a
+// cluster file holds, and YAML flow style for lists and mappings.
+func pyText(n *node) string {
+	switch n.kind {
+	case kindNull:
+		return "None"
+	case kindBool:
+		if n.bool {
+			return "True"
+		}
+		return "False"
+	case kindInt:
+		return strconv.FormatInt(n.num, 10)
+	case kindList:
+		parts := make([]string, len(n.items))
+		for i, it := range n.items {
+			parts[i] = pyRepr(it)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case kindMap:
+		parts := make([]string, len(n.keys))
+		for i, k := range n.keys {
+			parts[i] = "'" + k + "': " + pyRepr(n.vals[k])
+		}
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
+	return n.str
+}
+
+func pyRepr(n *node) string {
+	if n.kind == kindString {
+		return "'" + n.str + "'"
+	}
+	return pyText(n)
+}
+
 // integer reads an int or a numeric string. A boolean is refused.
 func (v *validator) integer(parent *node, key, path string) (int64, bool) {
 	n := parent.get(key)
@@ -193,20 +282,8 @@ func (v *validator) stringMap(parent *node, key, path string) map[string]string 
 		return out
 	}
 	for _, k := range n.keys {
-		val := n.vals[k]
-		var s string
-		switch val.kind {
-		case kindNull:
-			s = "None"
-		case kindBool:
-			s = map[bool]string{true: "True", false: "False"}[val.bool]
-		case kindList, kindMap:
-			v.errorf(val, path+"."+k, "%s.%s must be a plain value, not a %s", path, k, val.describe())
-			continue
-		default:
-			s = val.str
-		}
-		out[k] = strings.ReplaceAll(s, " ", "_")
+		// Like the Python tool, any value is accepted and stringified.
+		out[k] = strings.ReplaceAll(pyText(n.vals[k]), " ", "_")
 	}
 	return out
 }
@@ -239,6 +316,58 @@ func parseCIDR4(s string, strict bool) (netip.Prefix, bool) {
 		return netip.Prefix{}, false
 	}
 	return p, true
+}
+
+// parseNetwork4 parses an IPv4 network the way Python's ipaddress.ip_network
+// does: no surrounding space, a bare address is its /32, and the part after
+// '/' is a prefix length or a netmask or hostmask in dotted form. With strict,
+// host bits must be zero. The prefix keeps the address as written.
+func parseNetwork4(s string, strict bool) (netip.Prefix, bool) {
+	addrText, maskText, hasMask := strings.Cut(s, "/")
+	a, err := netip.ParseAddr(addrText)
+	if err != nil || !a.Is4() {
+		return netip.Prefix{}, false
+	}
+	bits := 32
+	if hasMask {
+		var ok bool
+		if bits, ok = netmaskBits(maskText); !ok {
+			return netip.Prefix{}, false
+		}
+	}
+	p := netip.PrefixFrom(a, bits)
+	if strict && p.Masked().Addr() != a {
+		return netip.Prefix{}, false
+	}
+	return p, true
+}
+
+// netmaskBits reads the part of a network after '/': decimal digits (leading
+// zeros allowed) or a dotted netmask or hostmask.
+func netmaskBits(s string) (int, bool) {
+	if s != "" && strings.Trim(s, "0123456789") == "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n > 32 {
+			return 0, false
+		}
+		return n, true
+	}
+	m, err := netip.ParseAddr(s)
+	if err != nil || !m.Is4() {
+		return 0, false
+	}
+	b := m.As4()
+	u := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	for _, mask := range []uint32{u, ^u} { // a netmask, else a hostmask
+		ones := 0
+		for ones < 32 && mask&(1<<(31-ones)) != 0 {
+			ones++
+		}
+		if mask<<ones == 0 {
+			return ones, true
+		}
+	}
+	return 0, false
 }
 
 // scalarText returns a scalar's text, or "" for non-scalars.

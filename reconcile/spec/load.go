@@ -110,18 +110,18 @@ func (l *loader) readFile(name string) *node {
 		l.errorAt(name, 0, "", "is larger than %d bytes", maxFileSize)
 		return nil
 	}
-	tree, dups, err := parseYAML(name, data)
+	tree, err := parseYAML(name, data)
 	if err != nil {
 		l.errorAt(name, 0, "", "%s", strings.TrimPrefix(err.Error(), name+": "))
 		return nil
 	}
-	l.warns = append(l.warns, dups...)
 	if tree.kind != kindMap {
-		if tree.kind == kindNull {
-			l.errorAt(name, tree.line, "", "must be a YAML mapping, but the file is empty")
-		} else {
-			l.errorAt(name, tree.line, "", "must be a YAML mapping, not a %s", tree.describe())
+		// The Python tool reads a file whose document is empty or false-like
+		// (only comments, null, false, 0, "", []) as an empty mapping.
+		if pyFalsy(tree) {
+			return &node{kind: kindMap, vals: map[string]*node{}, keyKinds: map[string]kind{}, file: name, line: tree.line}
 		}
+		l.errorAt(name, tree.line, "", "must be a YAML mapping, not a %s", tree.describe())
 		return nil
 	}
 	return tree

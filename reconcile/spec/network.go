@@ -26,14 +26,14 @@ func (v *validator) network(t *node, provider ProviderKind) Network {
 	if !v.mapping(net, "network", "dns", "ntp", "cluster", "external") {
 		return out
 	}
-	// dns: the key must exist; [] is fine.
+	// dns: the key must exist; [] (or null) is fine.
 	if d := net.get("dns"); d == nil {
 		v.errorf(net, "network.dns", "missing required key network.dns (a list of IP addresses; [] for none)")
-	} else if d.kind != kindList {
+	} else if d.kind != kindList && d.kind != kindNull {
 		v.errorf(d, "network.dns", "network.dns must be a list of IP addresses")
 	} else {
 		for i, it := range d.items {
-			a, err := netip.ParseAddr(strings.TrimSpace(scalarText(it)))
+			a, err := netip.ParseAddr(it.str)
 			if it.kind != kindString || err != nil {
 				v.errorf(it, fmt.Sprintf("network.dns[%d]", i), "network.dns entry %d is not an IP address", i+1)
 				continue
@@ -43,7 +43,7 @@ func (v *validator) network(t *node, provider ProviderKind) Network {
 	}
 	if n := net.get("ntp"); n == nil {
 		v.errorf(net, "network.ntp", "missing required key network.ntp (a list of NTP servers)")
-	} else if n.kind != kindList {
+	} else if n.kind != kindList && n.kind != kindNull {
 		v.errorf(n, "network.ntp", "network.ntp must be a list of non-empty strings")
 	} else {
 		out.NTP = v.strList(net, "ntp", "network.ntp")
@@ -64,12 +64,18 @@ func (v *validator) network(t *node, provider ProviderKind) Network {
 		out.Cluster = v.l2(cl, "network.cluster", false, true)
 	}
 
-	if ext := net.get("external"); !ext.isNull() && !allNull(ext) {
-		if provider == ProviderOpenStack {
-			v.errorf(ext, "network.external", "network.external is not valid with openstack: the API and ingress addresses come from reserved ports with floating IPs")
-		} else if ext.kind != kindMap {
+	if ext := net.get("external"); !ext.isNull() {
+		switch {
+		case ext.kind != kindMap:
 			v.errorf(ext, "network.external", "network.external must be a mapping")
-		} else {
+		case allNull(ext):
+			// A block whose keys are all null is absent, but its keys must
+			// still be known ones.
+			v.unknownKeys(ext, "network.external", externalL2Keys)
+		case provider == ProviderOpenStack:
+			v.unknownKeys(ext, "network.external", externalL2Keys)
+			v.errorf(ext, "network.external", "network.external is not valid with openstack: the API and ingress addresses come from reserved ports with floating IPs")
+		default:
 			e := v.l2(ext, "network.external", true, true)
 			out.External = &e
 		}
@@ -130,11 +136,12 @@ func (v *validator) l2(n *node, path string, external, vip bool) L2 {
 	}
 	v.unknownKeys(n, path, allowed)
 
+	// A bare address is its /32, as Python's ip_network reads it.
 	if c := n.get("cidr"); c.isNull() {
 		v.errorf(where(n, "cidr"), path+".cidr", "missing required key %s.cidr", path)
-	} else if c.kind != kindString {
+	} else if c.kind != kindString || strings.TrimSpace(c.str) == "" {
 		v.errorf(c, path+".cidr", "%s.cidr must be an IPv4 network like 10.0.0.0/24", path)
-	} else if p, ok := parseCIDR4(c.str, false); !ok || !strings.Contains(c.str, "/") {
+	} else if p, ok := parseNetwork4(c.str, false); !ok {
 		v.errorf(c, path+".cidr", "%s.cidr '%s' is not an IPv4 network like 10.0.0.0/24", path, c.str)
 	} else if !external && p.Masked() != p {
 		v.errorf(c, path+".cidr", "%s.cidr '%s' has host bits set; use the network address %s", path, c.str, p.Masked())
@@ -173,10 +180,8 @@ func (v *validator) l2(n *node, path string, external, vip bool) L2 {
 	if i, ok := v.integer(n, "mtu", path+".mtu"); ok {
 		if i < 1280 {
 			v.errorf(n.get("mtu"), path+".mtu", "%s.mtu must be 1280 or greater", path)
-		} else if i > 65535 {
-			v.errorf(n.get("mtu"), path+".mtu", "%s.mtu must be 65535 or less", path)
 		} else {
-			out.MTU = int(i)
+			out.MTU = int(min(i, 1<<31-1))
 		}
 	}
 	if !external {
@@ -184,12 +189,14 @@ func (v *validator) l2(n *node, path string, external, vip bool) L2 {
 	}
 	if a := n.get("anchor_cidr"); a.isNull() {
 		v.errorf(where(n, "anchor_cidr"), path+".anchor_cidr", "missing required key %s.anchor_cidr (an IPv4 network inside 169.254.0.0/16, e.g. 169.254.32.0/20)", path)
-	} else if p, ok := parseCIDR4(scalarText(a), true); a.kind != kindString || !ok {
+	} else if p, ok := parseNetwork4(a.str, false); a.kind != kindString || !ok {
 		v.errorf(a, path+".anchor_cidr", "%s.anchor_cidr is not an IPv4 network like 169.254.32.0/20", path)
 	} else if !linkLocal.Contains(p.Addr()) || p.Bits() < linkLocal.Bits() {
 		v.errorf(a, path+".anchor_cidr", "%s.anchor_cidr must be inside 169.254.0.0/16", path)
 	} else {
-		out.AnchorCIDR = p
+		// Host bits are allowed and dropped, as Python's non-strict
+		// ip_network does.
+		out.AnchorCIDR = p.Masked()
 	}
 	if ip := n.get("ingress_pool"); !ip.isNull() {
 		out.IngressPool = v.ingressPool(ip, path, out)

@@ -84,19 +84,18 @@ var (
 	yaml11Flt  = regexp.MustCompile(`^[-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?$|^\.[0-9_]+([eE][-+][0-9]+)?$|^[-+]?\.(inf|Inf|INF)$|^\.(nan|NaN|NAN)$`)
 )
 
-// parseYAML reads one file's bytes into a node tree.
-// It also returns the duplicate mapping keys it met, as warnings.
-func parseYAML(file string, data []byte) (*node, []Problem, error) {
+// parseYAML reads one file's bytes into a node tree. A key repeated in one
+// mapping keeps its last value, as PyYAML does.
+func parseYAML(file string, data []byte) (*node, error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, nil, fmt.Errorf("%s: not valid YAML: %s", file, yamlReason(err))
+		return nil, fmt.Errorf("%s: not valid YAML: %s", file, yamlReason(err))
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return &node{kind: kindNull, file: file, line: 1}, nil, nil
+		return &node{kind: kindNull, file: file, line: 1}, nil
 	}
 	c := converter{file: file}
-	n, err := c.convert(doc.Content[0], 0)
-	return n, c.dups, err
+	return c.convert(doc.Content[0], 0)
 }
 
 // yamlReason strips the library prefix from a parser error.
@@ -106,8 +105,6 @@ func yamlReason(err error) string {
 
 type converter struct {
 	file string
-	// dups collects duplicate mapping keys, reported as warnings.
-	dups []Problem
 	// count bounds the nodes built, so aliases cannot expand without end.
 	count int
 }
@@ -180,10 +177,7 @@ func (c *converter) mapping(y *yaml.Node, n *node, depth int) error {
 			return err
 		}
 		key := k.Value
-		if _, dup := n.vals[key]; dup {
-			c.dups = append(c.dups, Problem{File: c.file, Line: k.Line, Key: key,
-				Message: "is set twice in the same mapping; the last value wins"})
-		} else {
+		if _, dup := n.vals[key]; !dup {
 			n.keys = append(n.keys, key)
 		}
 		n.vals[key] = val

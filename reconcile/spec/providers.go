@@ -21,31 +21,30 @@ func (v *validator) openstack(t *node) *OpenStack {
 	if !v.mapping(n, "openstack", "url", "availability_zone", "external_net", "region", "metadata", "credential_id", "credential_secret") {
 		return nil
 	}
-	o := &OpenStack{Region: "RegionOne"}
-	o.URL, _ = v.requiredStr(n, "url", "openstack.url")
-	o.AvailabilityZone, _ = v.requiredStr(n, "availability_zone", "openstack.availability_zone")
-	o.ExternalNet, _ = v.requiredStr(n, "external_net", "openstack.external_net")
-	if r := n.get("region"); !r.isNull() {
-		if s, ok := v.str(n, "region", "openstack.region"); ok {
-			o.Region = s
-		}
+	o := &OpenStack{Region: "RegionOne", notText: map[string]bool{}}
+	o.URL, _ = v.requiredStrictStr(n, "url", "openstack.url")
+	o.AvailabilityZone, _ = v.requiredStrictStr(n, "availability_zone", "openstack.availability_zone")
+	o.ExternalNet, _ = v.requiredStrictStr(n, "external_net", "openstack.external_net")
+	// Any region is taken as written; an empty one means the default.
+	if r := n.get("region"); pyTruthy(r) {
+		o.Region = pyText(r)
 	}
 	o.Metadata, _ = v.boolean(n, "metadata", "openstack.metadata")
-	o.CredentialID = v.secretString(n, "credential_id", "openstack.credential_id")
-	o.CredentialSecret = v.secretString(n, "credential_secret", "openstack.credential_secret")
+	o.CredentialID = secretString(n, "credential_id", "openstack.credential_id", o.notText)
+	o.CredentialSecret = secretString(n, "credential_secret", "openstack.credential_secret", o.notText)
 	return o
 }
 
 // secretString reads a credential without judging it: credentials are
-// checked when a command needs them (Cluster.Credentials). A value of the
-// wrong type is reported without echoing it.
-func (v *validator) secretString(parent *node, key, path string) string {
+// checked when a command needs them (Cluster.Credentials), so a value of the
+// wrong type is only recorded in notText, never reported or echoed here.
+func secretString(parent *node, key, path string, notText map[string]bool) string {
 	n := parent.get(key)
 	if n.isNull() {
 		return ""
 	}
-	if n.kind == kindList || n.kind == kindMap {
-		v.errorf(n, path, "%s must be a string, not a %s", path, n.describe())
+	if n.kind != kindString {
+		notText[path] = true
 		return ""
 	}
 	return n.str
@@ -57,16 +56,17 @@ func (v *validator) proxmox(t *node, c *Cluster) *Proxmox {
 		"nodes", "tls_verify", "network", "token_id", "token_secret", "image_factory") {
 		return nil
 	}
-	p := &Proxmox{CIDataStorage: "local", PlacementStrategy: "spread", TLSVerify: TLSVerify{Verify: true}, ImageFactory: DefaultImageFactory}
-	p.URL, _ = v.requiredStr(n, "url", "proxmox.url")
-	p.Storage, _ = v.requiredStr(n, "storage", "proxmox.storage")
-	p.ISOStorage, _ = v.requiredStr(n, "iso_storage", "proxmox.iso_storage")
+	p := &Proxmox{CIDataStorage: "local", PlacementStrategy: "spread", TLSVerify: TLSVerify{Verify: true}, ImageFactory: DefaultImageFactory, notText: map[string]bool{}}
+	p.URL, _ = v.requiredStrictStr(n, "url", "proxmox.url")
+	p.Storage, _ = v.proxmoxStorage(n, "storage")
+	p.ISOStorage, _ = v.proxmoxStorage(n, "iso_storage")
 	if cd := n.get("cidata_storage"); !cd.isNull() {
-		if s, ok := v.requiredStr(n, "cidata_storage", "proxmox.cidata_storage"); ok {
+		if s, ok := v.proxmoxStorage(n, "cidata_storage"); ok {
 			p.CIDataStorage = s
 		}
 	}
-	if ps := n.get("placement_strategy"); !ps.isNull() {
+	// An empty placement_strategy means the default, as in the Python tool.
+	if ps := n.get("placement_strategy"); pyTruthy(ps) {
 		if ps.kind != kindString || ps.str != "spread" {
 			v.errorf(ps, "proxmox.placement_strategy", "proxmox.placement_strategy only supports 'spread'")
 		}
@@ -84,10 +84,27 @@ func (v *validator) proxmox(t *node, c *Cluster) *Proxmox {
 			}
 		}
 	}
-	p.TokenID = v.secretString(n, "token_id", "proxmox.token_id")
-	p.TokenSecret = v.secretString(n, "token_secret", "proxmox.token_secret")
+	p.TokenID = secretString(n, "token_id", "proxmox.token_id", p.notText)
+	p.TokenSecret = secretString(n, "token_secret", "proxmox.token_secret", p.notText)
 	v.proxmoxNetwork(t, n, c, p)
 	return p
+}
+
+// proxmoxStorage reads a Proxmox storage name. Like the Python tool, which takes
+// str() of any value that is not false-like, a number is a name; a missing,
+// empty or false-like value is refused.
+func (v *validator) proxmoxStorage(px *node, key string) (string, bool) {
+	path := "proxmox." + key
+	n := px.get(key)
+	switch {
+	case n == nil:
+		v.errorf(px, path, "missing required key %s", path)
+	case !pyTruthy(n) || strings.TrimSpace(pyText(n)) == "":
+		v.errorf(n, path, "%s must be a non-empty string", path)
+	default:
+		return pyText(n), true
+	}
+	return "", false
 }
 
 func (v *validator) tlsVerify(n *node, path string) TLSVerify {
@@ -104,7 +121,7 @@ func (v *validator) tlsVerify(n *node, path string) TLSVerify {
 func (v *validator) proxmoxNetwork(t, px *node, c *Cluster, p *Proxmox) {
 	pn := px.get("network")
 	if pn.isNull() {
-		v.errorf(where(px, "network"), "proxmox.network", "missing required key proxmox.network.cluster (one of bridge, vnet or sdn)")
+		v.errorf(where(px, "network"), "proxmox.network.cluster", "missing required key proxmox.network.cluster (one of bridge, vnet or sdn)")
 		return
 	}
 	if !v.mapping(pn, "proxmox.network", "cluster", "external") {
@@ -115,8 +132,10 @@ func (v *validator) proxmoxNetwork(t, px *node, c *Cluster, p *Proxmox) {
 		v.errorf(where(pn, "cluster"), "proxmox.network.cluster", "proxmox.network.cluster must be a mapping with exactly one of bridge, vnet or sdn")
 	} else {
 		v.unknownKeys(cl, "proxmox.network.cluster", []string{"bridge", "vnet", "sdn"})
-		bridge, hasBridge := v.str(cl, "bridge", "proxmox.network.cluster.bridge")
-		vnet, hasVNet := v.str(cl, "vnet", "proxmox.network.cluster.vnet")
+		// As in the Python tool, a bridge or vnet counts when its value is
+		// not false-like; an empty one is no choice at all.
+		bridge, hasBridge := v.proxmoxLink(cl, "bridge")
+		vnet, hasVNet := v.proxmoxLink(cl, "vnet")
 		sdn := cl.get("sdn")
 		hasSDN := sdn != nil && (sdn.kind == kindMap || sdn.kind == kindNull)
 		if sdn != nil && !hasSDN {
@@ -146,14 +165,18 @@ func (v *validator) proxmoxNetwork(t, px *node, c *Cluster, p *Proxmox) {
 		if !v.mapping(ext, "proxmox.network.external", "bridge") {
 			break
 		}
-		if b, ok := v.requiredStr(ext, "bridge", "proxmox.network.external.bridge"); ok {
+		if c.Network.External == nil {
+			// An empty block describes nothing and is let be.
+			if len(ext.keys) > 0 {
+				v.errorf(ext, "proxmox.network.external", "proxmox.network.external needs a network.external block (cidr, gateway, anchor_cidr)")
+			}
+			break
+		}
+		if b, ok := v.requiredStrictStr(ext, "bridge", "proxmox.network.external.bridge"); ok {
 			p.Network.ExternalBridge = b
 		}
-		if c.Network.External == nil {
-			v.errorf(ext, "proxmox.network.external", "proxmox.network.external needs a network.external block (cidr, gateway, anchor_cidr)")
-		}
 	case c.Network.External != nil:
-		v.errorf(t.get("network").get("external"), "network.external", "network.external needs proxmox.network.external.bridge on Proxmox")
+		v.errorf(t.get("network").get("external"), "proxmox.network.external.bridge", "network.external needs proxmox.network.external.bridge on Proxmox")
 	}
 	if vip, _ := c.Network.KubeAPIVIP(); !vip.IsValid() {
 		netNode := t.get("network")
@@ -162,6 +185,21 @@ func (v *validator) proxmoxNetwork(t, px *node, c *Cluster, p *Proxmox) {
 		}
 		v.errorf(where(netNode, "cluster"), "network.cluster.kubeapi_vip", "a Proxmox cluster needs kubeapi_vip in network.cluster or network.external")
 	}
+}
+
+// proxmoxLink reads proxmox.network.cluster.bridge or .vnet: set when its value is
+// not false-like. Lists and mappings are refused.
+func (v *validator) proxmoxLink(cl *node, key string) (string, bool) {
+	n := cl.get(key)
+	if !pyTruthy(n) {
+		return "", false
+	}
+	if n.kind == kindList || n.kind == kindMap {
+		path := "proxmox.network.cluster." + key
+		v.errorf(n, path, "%s must be a string, not a %s", path, n.describe())
+		return "", false
+	}
+	return pyText(n), true
 }
 
 func (v *validator) sdn(n *node, c *Cluster, p *Proxmox) *SDN {
@@ -182,10 +220,8 @@ func (v *validator) sdn(n *node, c *Cluster, p *Proxmox) *SDN {
 	if z := n.get("zone"); !z.isNull() && (z.kind != kindString || z.str != "evpn") {
 		v.errorf(z, path+".zone", "%s.zone only supports 'evpn'", path)
 	}
-	if ctl := n.get("controller"); ctl != nil {
-		if name, ok := v.requiredStr(n, "controller", path+".controller"); ok {
-			s.Controller = name
-		}
+	if name, ok := v.strictStr(n, "controller", path+".controller"); ok {
+		s.Controller = name
 	}
 	ranged := func(key string, lo, hi int64) (int64, bool) {
 		i, ok := v.integer(n, key, path+"."+key)
@@ -359,12 +395,9 @@ func (v *validator) proxmoxLayout(t *node, c *Cluster) {
 	case h == sdnGatewayHost:
 		v.errorf(vipNode, key, "%s %s collides with the SDN anycast gateway", key, vip)
 		return
-	case uint64(h) >= (uint64(1)<<(32-cidr.Bits()))-1:
-		v.errorf(vipNode, key, "%s %s is the broadcast address of network.cluster.cidr", key, vip)
-		return
 	}
 	for _, pool := range c.Pools() {
-		for i := 1; i <= pool.Count; i++ {
+		for i := 1; i <= min(pool.Count, sdnMaxPerPool); i++ {
 			if a, ok := StaticAddress(cidr, pool, i); ok && a == vip {
 				v.errorf(vipNode, key, "%s %s collides with the static address of %s", key, vip, pool.Hostname(c.Name, i))
 				return

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -55,7 +56,9 @@ func (v *validator) security(t *node) []SecurityRule {
 			continue
 		}
 		if entry.isNull() {
-			continue
+			// A rule left null is an empty one: it still claims its port, and
+			// a name without a default port still needs one.
+			entry = &node{kind: kindMap, vals: map[string]*node{}, keyKinds: map[string]kind{}, file: entry.file, line: entry.line}
 		}
 		if entry.kind != kindMap {
 			v.errorf(entry, path, "%s must be a mapping of label to CIDR, or {hosts: ..., port: N}", path)
@@ -94,6 +97,7 @@ func (v *validator) securityRule(entry *node, name, path string) (SecurityRule, 
 			}
 		}
 		if len(unknown) > 0 {
+			slices.Sort(unknown)
 			v.errorf(entry.vals[unknown[0]], path, "%s has unknown keys: %s", path, strings.Join(unknown, ", "))
 			ok = false
 		}
@@ -105,7 +109,11 @@ func (v *validator) securityRule(entry *node, name, path string) (SecurityRule, 
 		}
 	}
 	def, hasDefault := DefaultPorts[name]
-	if pn := entry.get("port"); long && !pn.isNull() {
+	if pn := entry.get("port"); long && pn != nil && pn.kind == kindNull {
+		// A port key left null overrides the default with nothing.
+		v.errorf(pn, path+".port", "%s requires an explicit 'port'; the port key is empty", path)
+		ok = false
+	} else if long && pn != nil {
 		port, okPort := v.intValue(pn, path+".port", true)
 		switch {
 		case !okPort:
@@ -130,7 +138,12 @@ func (v *validator) securityRule(entry *node, name, path string) (SecurityRule, 
 			h := hosts.vals[label]
 			hp := path + "." + label
 			text := scalarText(h)
-			cidr, good := parseCIDR4(text, true)
+			if label == "" {
+				v.errorf(h, hp, "%s host labels must be non-empty", path)
+				ok = false
+				continue
+			}
+			cidr, good := parseNetwork4(text, true)
 			if h.kind != kindString || !good {
 				v.errorf(h, hp, "%s has invalid CIDR '%s' (an IPv4 network address like 192.0.2.0/24, or a single address)", hp, text)
 				ok = false

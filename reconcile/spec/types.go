@@ -165,6 +165,9 @@ type Tailscale struct {
 	LoginServer string
 	// AuthKey is a secret; it is empty when not set.
 	AuthKey string
+	// badAuthKey records an auth_key that is empty or not a string; it is
+	// refused when a command needs it (Credentials), not at load.
+	badAuthKey bool
 }
 
 // OpenStack is the openstack section.
@@ -178,6 +181,8 @@ type OpenStack struct {
 	// command needs them (see Cluster.Credentials).
 	CredentialID     string
 	CredentialSecret string
+	// notText names the credentials that are set but are not strings.
+	notText map[string]bool
 }
 
 // Proxmox is the proxmox section.
@@ -194,6 +199,8 @@ type Proxmox struct {
 	// needs them.
 	TokenID     string
 	TokenSecret string
+	// notText names the credentials that are set but are not strings.
+	notText map[string]bool
 	// ImageFactory is the Talos Image Factory base URL. It is an optional
 	// key this implementation adds beside the Python tool's schema.
 	ImageFactory string

@@ -1,7 +1,6 @@
 package spec
 
 import (
-	"fmt"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -74,7 +73,7 @@ func (v *validator) provider(t *node) ProviderKind {
 }
 
 func (v *validator) name(t *node) string {
-	name, ok := v.requiredStr(t, "name", "name")
+	name, ok := v.requiredStrictStr(t, "name", "name")
 	if !ok {
 		return ""
 	}
@@ -122,16 +121,16 @@ func normalizeVersion(s string) string {
 
 // versionKey reads talos.version or kubernetes.version.
 func (v *validator) versionKey(sec *node, path string) (string, version, bool) {
-	s, ok := v.requiredStr(sec, "version", path)
+	s, ok := v.requiredStrictStr(sec, "version", path)
 	if !ok {
 		return "", version{}, false
 	}
-	ver, ok := parseVersion(strings.TrimSpace(s))
+	ver, ok := parseVersion(s)
 	if !ok {
 		v.errorf(sec.get("version"), path, "%s %q is not a version like v1.2.3", path, s)
 		return "", version{}, false
 	}
-	return normalizeVersion(strings.TrimSpace(s)), ver, true
+	return normalizeVersion(s), ver, true
 }
 
 func (v *validator) section(t *node, key string, allowed ...string) *node {
@@ -224,11 +223,13 @@ func (v *validator) tailscale(t *node) *Tailscale {
 			ts.LoginServer = ls.str
 		}
 	}
+	// Like the Python tool, the key is only judged when a command uses it
+	// (Cluster.Credentials).
 	if ak := n.get("auth_key"); !ak.isNull() {
-		if ak.kind != kindString {
-			v.errorf(ak, "tailscale.auth_key", "tailscale.auth_key must be a string")
-		} else {
+		if ak.kind == kindString && ak.str != "" {
 			ts.AuthKey = ak.str
+		} else {
+			ts.badAuthKey = true
 		}
 	}
 	return ts
@@ -254,6 +255,9 @@ func (v *validator) pools(t *node, c *Cluster) (Pool, []Pool) {
 	for i, name := range w.keys {
 		path := "workers." + name
 		switch {
+		case w.keyKinds[name] != kindString:
+			v.errorf(w.vals[name], path, "worker pool names must be strings; '%s' is a %s", name, w.keyKinds[name])
+			continue
 		case name == "controlplane":
 			v.errorf(w.vals[name], path, "pool name 'controlplane' is reserved for the control plane; rename the worker pool")
 			continue
@@ -318,13 +322,20 @@ func (v *validator) pool(n *node, name, path string, role Role, index int, c *Cl
 		}
 	}
 	p.Disk = posInt("disk")
-	p.Cores = posInt("cores")
-	p.Memory = posInt("memory")
-	if s, ok := v.str(n, "flavor", path+".flavor"); ok {
-		p.Flavor = s
-	}
-	if s, ok := v.str(n, "node", path+".node"); ok {
-		p.Node = s
+	// Each provider judges only the sizing keys it uses; the others are
+	// accepted and ignored, as the Python tool does.
+	switch c.Provider {
+	case ProviderOpenStack:
+		if s, ok := v.strictStr(n, "flavor", path+".flavor"); ok {
+			p.Flavor = s
+		}
+		p.Cores, p.Memory = ignoredInt(n.get("cores")), ignoredInt(n.get("memory"))
+	case ProviderProxmox:
+		p.Cores = posInt("cores")
+		p.Memory = posInt("memory")
+		if s, ok := v.strictStr(n, "node", path+".node"); ok {
+			p.Node = s
+		}
 	}
 	p.Extensions = v.strList(n, "extensions", path+".extensions")
 	p.ConfigPatches = v.strList(n, "config_patches", path+".config_patches")
@@ -333,12 +344,22 @@ func (v *validator) pool(n *node, name, path string, role Role, index int, c *Cl
 	} else {
 		p.Tags = v.stringMap(n, "tags", path+".tags")
 	}
-	if c.Name != "" && p.Count > 0 {
+	// The widest ordinal is the count itself, two digits at least (a pool of
+	// zero is measured as -00, as the Python tool does).
+	if c.Name != "" {
 		if h := p.Hostname(c.Name, p.Count); len(h) > 63 {
 			v.errorf(where(n, "count"), path, "hostname %s would be longer than 63 characters; shorten the cluster or pool name", h)
 		}
 	}
 	return p
+}
+
+// ignoredInt reads an integer a provider ignores: no problem is reported.
+func ignoredInt(n *node) int {
+	if n != nil && n.kind == kindInt && n.num > 0 && n.num < 1<<31 {
+		return int(n.num)
+	}
+	return 0
 }
 
 // clusterWarnings adds the load-time warnings (rules 23 to 26).
@@ -366,13 +387,7 @@ func (v *validator) clusterWarnings(t *node, c *Cluster) {
 			host{"network.external.cidr", ext.CIDR, where(net.get("external"), "cidr")},
 			host{"network.external.anchor_cidr", ext.AnchorCIDR, where(net.get("external"), "anchor_cidr")})
 	}
-	for _, g := range c.Metal {
-		for _, s := range g.Servers {
-			if s.Network.CIDR.IsValid() && s.Network.CIDR != c.Network.Cluster.CIDR {
-				hosts = append(hosts, host{fmt.Sprintf("metal.%s.servers.%s.network.cidr", g.Name, s.Name), s.Network.CIDR, t.get("metal")})
-			}
-		}
-	}
+	// Metal L2s are warned about with the metal rules (metal.go).
 	pods := netip.MustParsePrefix("10.244.0.0/16")
 	services := netip.MustParsePrefix("10.96.0.0/12")
 	for _, h := range hosts {
