@@ -1,0 +1,61 @@
+package reconcile
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+// Infra is what the engine needs of a VM provider. The provider plans its
+// own part of each phase from what it observed, and carries out the changes
+// it planned; the engine runs the Talos and Kubernetes parts itself.
+type Infra interface {
+	// Observe reads, without changing anything, what the provider owns for
+	// the cluster.
+	Observe(ctx context.Context) (Inventory, error)
+	// Plan lists the provider's changes for one phase. Refusals come back
+	// as changes with plan.ActionRefuse, in the validate phase, before any
+	// mutation.
+	Plan(ctx context.Context, phase plan.Phase, want *Desired, have Inventory) ([]plan.Change, error)
+	// Apply carries out one change Plan returned.
+	Apply(ctx context.Context, want *Desired, ch plan.Change) error
+}
+
+// Inventory is what a provider observed. Providers keep their own detail
+// behind it; the engine only needs the machines.
+type Inventory interface {
+	Machines() []Machine
+}
+
+// Machine is a machine the provider owns.
+type Machine struct {
+	Hostname string
+	Role     spec.Role
+	Running  bool
+	// Addresses are the machine's addresses as the provider reports them
+	// (the guest agent on Proxmox), empty while unknown.
+	Addresses []netip.Addr
+}
+
+// Desired is what the cluster should be, as the provider needs it.
+type Desired struct {
+	Cluster  *spec.Cluster
+	Machines []machineconfig.Machine
+	// Configs holds the machine config of each machine that may have to be
+	// created, by hostname. It is filled in once the cluster identity
+	// exists; a plan without an identity leaves it empty.
+	Configs map[string][]byte
+}
+
+// machine returns the observed machine with the given hostname.
+func machineNamed(inv Inventory, hostname string) (Machine, bool) {
+	for _, m := range inv.Machines() {
+		if m.Hostname == hostname {
+			return m, true
+		}
+	}
+	return Machine{}, false
+}
