@@ -1,0 +1,18 @@
+// Package pve is an emulator of the subset of the Proxmox VE API the
+// provider uses. It serves the real /api2/json wire protocol the way
+// proxmox-api-go calls and parses it: API-token authentication, {"data": ...}
+// envelopes, errors with "message" (and "errors" on 400), asynchronous tasks
+// identified by UPIDs with "OK", error or "WARNINGS: N" exit statuses, nodes,
+// storages with content upload, resource pools, QEMU virtual machines with
+// pending configuration, the guest agent, and the per-VM and datacenter
+// firewall.
+//
+// The emulator keeps its state in memory behind one mutex. Every request is
+// recorded in an operation log, and every operation can be made to fail,
+// hang, slow down, or end its task with warnings, so tests can assert how a
+// client behaves. A request for anything not implemented is answered with
+// HTTP 501 naming the method and path, like Proxmox VE itself.
+//
+// The package provides an http.Handler; the caller serves it over TLS on a
+// loopback address.
+package pve

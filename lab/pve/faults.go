@@ -1,0 +1,193 @@
+package pve
+
+import (
+	"net/http"
+	"time"
+)
+
+// AnyOp matches every operation in Fail, TaskWarnings, TaskFail, SetLatency
+// and Hang.
+const AnyOp = "*"
+
+type failRule struct {
+	left   int
+	status int
+	msg    string
+}
+
+type countRule struct {
+	left int
+	n    int    // warnings
+	msg  string // task failure
+}
+
+type faultTable struct {
+	fail     map[string][]*failRule
+	warn     map[string][]*countRule
+	taskFail map[string][]*countRule
+	latency  map[string]time.Duration
+	hang     map[string]int
+}
+
+func newFaultTable() faultTable {
+	return faultTable{
+		fail:     map[string][]*failRule{},
+		warn:     map[string][]*countRule{},
+		taskFail: map[string][]*countRule{},
+		latency:  map[string]time.Duration{},
+		hang:     map[string]int{},
+	}
+}
+
+// Fail makes the next n requests of operation op (or of any operation, with
+// AnyOp) fail with the given HTTP status (500 if it is not an HTTP status)
+// and message, before they have any effect. Rules queue up in the order they
+// are given.
+func (s *Server) Fail(op string, n int, status int, msg string) {
+	if n <= 0 {
+		return
+	}
+	if status < 100 || status > 999 {
+		status = http.StatusInternalServerError
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults.fail[op] = append(s.faults.fail[op], &failRule{left: n, status: status, msg: msg})
+}
+
+// TaskWarnings makes the next n tasks started by operation op end with exit
+// status "WARNINGS: <warnings>" (with as many WARN lines in the task log).
+// The operation still takes effect.
+func (s *Server) TaskWarnings(op string, n int, warnings int) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults.warn[op] = append(s.faults.warn[op], &countRule{left: n, n: warnings})
+}
+
+// TaskFail makes the next n tasks started by operation op end with the given
+// exit status (an error text) without taking effect, like a worker that dies.
+// The HTTP request itself succeeds and returns the task's UPID.
+func (s *Server) TaskFail(op string, n int, exitStatus string) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults.taskFail[op] = append(s.faults.taskFail[op], &countRule{left: n, msg: exitStatus})
+}
+
+// SetLatency delays every request of operation op by d before it is
+// handled (a client that gives up meanwhile gets no answer); zero removes
+// the delay.
+func (s *Server) SetLatency(op string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d <= 0 {
+		delete(s.faults.latency, op)
+		return
+	}
+	s.faults.latency[op] = d
+}
+
+// Hang makes the next n requests of operation op never answer, without
+// taking effect: they block until the client gives up (the connection is
+// then dropped with no answer) or Close is called (they then answer 503).
+func (s *Server) Hang(op string, n int) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults.hang[op] += n
+}
+
+// takeFail consumes a failure rule for op. The caller holds s.mu.
+func (f *faultTable) takeFail(op string) *failRule {
+	for _, key := range []string{op, AnyOp} {
+		rules := f.fail[key]
+		for len(rules) > 0 && rules[0].left <= 0 {
+			rules = rules[1:]
+		}
+		f.fail[key] = rules
+		if len(rules) > 0 {
+			rules[0].left--
+			return rules[0]
+		}
+	}
+	return nil
+}
+
+func takeCount(m map[string][]*countRule, op string) *countRule {
+	for _, key := range []string{op, AnyOp} {
+		rules := m[key]
+		for len(rules) > 0 && rules[0].left <= 0 {
+			rules = rules[1:]
+		}
+		m[key] = rules
+		if len(rules) > 0 {
+			rules[0].left--
+			return rules[0]
+		}
+	}
+	return nil
+}
+
+func (f *faultTable) takeHang(op string) bool {
+	for _, key := range []string{op, AnyOp} {
+		if f.hang[key] > 0 {
+			f.hang[key]--
+			return true
+		}
+	}
+	return false
+}
+
+func (f *faultTable) latencyOf(op string) time.Duration {
+	if d, ok := f.latency[op]; ok {
+		return d
+	}
+	return f.latency[AnyOp]
+}
+
+// inject applies latency, hangs and failures to a request. It reports
+// whether the request should be handled.
+func (s *Server) inject(w http.ResponseWriter, r *http.Request, op string) bool {
+	s.mu.Lock()
+	d := s.faults.latencyOf(op)
+	s.mu.Unlock()
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			panic(http.ErrAbortHandler) // the client is gone: answer nothing
+		}
+	}
+
+	s.mu.Lock()
+	hang := s.faults.takeHang(op)
+	var rule *failRule
+	if !hang {
+		rule = s.faults.takeFail(op)
+	}
+	s.mu.Unlock()
+
+	if hang {
+		select {
+		case <-r.Context().Done():
+			panic(http.ErrAbortHandler) // the client is gone: answer nothing
+		case <-s.closed:
+			writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: "hung request released"})
+		}
+		return false
+	}
+	if rule != nil {
+		writeError(w, &apiError{status: rule.status, msg: rule.msg})
+		return false
+	}
+	return true
+}

@@ -1,0 +1,103 @@
+package pve
+
+import (
+	"net/netip"
+	"sync"
+)
+
+// MachineHooks lets the lab turn a started VM into a simulated machine (for
+// example a Talos node booting from the VM's ISO).
+//
+// PowerOn and PowerOff are called from one goroutine, in the order the VMs
+// changed state, after the change; a reboot or reset calls PowerOff then
+// PowerOn. The hooks run without the server's lock held, so they may call the
+// Server.
+type MachineHooks interface {
+	// PowerOn is called when a VM starts.
+	PowerOn(vm VM)
+	// PowerOff is called when a VM stops or is deleted.
+	PowerOff(vmid int)
+	// Addresses is what the guest agent reports for the VM; empty means
+	// the agent is not running yet. Without InterfaceAddresses, every
+	// address is reported on the first NIC.
+	Addresses(vmid int) []netip.Prefix
+}
+
+// InterfaceAddresses is an optional extension of MachineHooks: when the
+// hooks implement it, the guest agent reports the addresses per NIC, keyed by
+// the NIC's MAC address (any case), instead of all on the first NIC.
+type InterfaceAddresses interface {
+	InterfaceAddresses(vmid int) map[string][]netip.Prefix
+}
+
+// VM describes a VM to MachineHooks.PowerOn. Slices and maps are copies.
+type VM struct {
+	// ID is the VM ID.
+	ID int
+	// Node and Name are where the VM runs and its name.
+	Node, Name string
+	// Tags are the VM's tags.
+	Tags []string
+	// MACs are the NICs' MAC addresses in NIC order (net0, net1, ...).
+	MACs []string
+	// Cores is the number of virtual CPUs (cores × sockets); MemoryMB the
+	// memory in MiB.
+	Cores, MemoryMB int
+	// CDROMs maps a drive slot (e.g. "ide2") to the ISO volume inserted in
+	// it (e.g. "local:iso/talos.iso").
+	CDROMs map[string]string
+	// Boot is the boot order setting, e.g. "order=scsi0;ide2;net0".
+	Boot string
+	// Config is the VM's configuration as Proxmox VE stores it.
+	Config map[string]string
+	// ReadVolume returns the bytes of an uploaded or downloaded volume
+	// (such as an ISO) as seen from the VM's node.
+	ReadVolume func(volid string) ([]byte, error)
+}
+
+type hookEvent struct {
+	on   bool
+	vm   VM
+	vmid int
+}
+
+// hookQueue delivers power events in order from a single goroutine that
+// exits when the queue is empty.
+type hookQueue struct {
+	h       MachineHooks
+	mu      sync.Mutex
+	queue   []hookEvent
+	running bool
+}
+
+func (q *hookQueue) push(e hookEvent) {
+	if q.h == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.queue = append(q.queue, e)
+	if !q.running {
+		q.running = true
+		go q.run()
+	}
+}
+
+func (q *hookQueue) run() {
+	for {
+		q.mu.Lock()
+		if len(q.queue) == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		e := q.queue[0]
+		q.queue = q.queue[1:]
+		q.mu.Unlock()
+		if e.on {
+			q.h.PowerOn(e.vm)
+		} else {
+			q.h.PowerOff(e.vmid)
+		}
+	}
+}
