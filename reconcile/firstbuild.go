@@ -2,7 +2,6 @@ package reconcile
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -108,8 +107,7 @@ func imageChanges(p *plan.Plan, c *spec.Cluster) error {
 	}
 	// The boot image always carries tailscale, so one image serves every
 	// machine whatever its installer.
-	bootExts := append(slices.Clone(c.Extensions(spec.Pool{})), spec.ExtensionTailscale)
-	bootID, err := machineconfig.SchematicID(bootExts)
+	bootID, err := machineconfig.SchematicID(c.BootExtensions())
 	if err != nil {
 		return fmt.Errorf("computing the boot image schematic: %w", err)
 	}

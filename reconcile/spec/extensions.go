@@ -21,3 +21,11 @@ func (c *Cluster) Extensions(p Pool) []string {
 	slices.Sort(set)
 	return slices.Compact(set)
 }
+
+// BootExtensions returns the extensions of the shared boot image: the base
+// set with tailscale always in it, so one image boots every machine.
+func (c *Cluster) BootExtensions() []string {
+	set := []string{ExtensionQEMUGuestAgent, ExtensionTailscale}
+	slices.Sort(set)
+	return set
+}

@@ -1,0 +1,338 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/uuid"
+)
+
+// Node roles, as Talos names machine types.
+const (
+	RoleControlPlane = "controlplane"
+	RoleWorker       = "worker"
+)
+
+// Label and taint keys the emulated kubelets register nodes with.
+const (
+	LabelControlPlane = "node-role.kubernetes.io/control-plane"
+	pauseImage        = "registry.k8s.io/pause:3.10"
+)
+
+// Node is a machine whose kubelet registers with the API.
+type Node struct {
+	// Name is the node name (the machine's hostname).
+	Name string
+	// Addresses are the node's internal IP addresses.
+	Addresses []netip.Addr
+	// Role is RoleControlPlane or RoleWorker; a control plane carries the
+	// control-plane role label and a NoSchedule taint, as Talos configures
+	// it by default.
+	Role string
+	// Labels are added to the kubelet's own labels.
+	Labels map[string]string
+	// KubeletVersion is the kubelet's version; empty means the server's.
+	KubeletVersion string
+}
+
+// Pod is a workload pod placed by AddPod.
+type Pod struct {
+	// Namespace defaults to "default"; it is created if missing.
+	Namespace string
+	// Name defaults to the owner's name (or "pod") and a random suffix.
+	Name string
+	// Node binds the pod to a node; empty lets the emulated scheduler pick
+	// a Ready, schedulable node whose taints the pod tolerates.
+	Node string
+	// Labels are the pod's labels, which disruption budgets select on.
+	Labels map[string]string
+	// OwnerKind and OwnerName name the pod's controller: "ReplicaSet" pods
+	// are replaced on another node when they are evicted or deleted,
+	// "StatefulSet" pods are recreated under their own name once gone,
+	// "DaemonSet" pods are recreated on their node (and tolerate every
+	// taint). Empty means a bare pod, which nothing recreates.
+	OwnerKind, OwnerName string
+	// NotReady makes the pod run without ever passing its readiness probe.
+	NotReady bool
+	// Tolerations are added to the pod's spec.
+	Tolerations []corev1.Toleration
+}
+
+// AddNode registers a node as its kubelet would: NotReady (with the
+// not-ready taint) at first, Ready after Options.ReadyDelay. Adding a node
+// that exists registers it again, as a rebooted machine's kubelet does.
+func (s *Server) AddNode(n Node) error {
+	if n.Name == "" {
+		return errors.New("adding a node: no name")
+	}
+	if n.Role != RoleControlPlane && n.Role != RoleWorker {
+		return fmt.Errorf("adding node %q: role %q is neither %q nor %q", n.Name, n.Role, RoleControlPlane, RoleWorker)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return fmt.Errorf("adding node %q: the server is closed", n.Name)
+	}
+	st := s.st
+	now := st.metaNow()
+	version := n.KubeletVersion
+	if version == "" {
+		version = s.version
+	}
+	lbls := map[string]string{
+		"beta.kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+		corev1.LabelArchStable: "amd64", corev1.LabelOSStable: "linux", corev1.LabelHostname: n.Name,
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+	if old := st.node(n.Name); old != nil {
+		node = old.DeepCopy()
+	} else {
+		node.UID = uuid.NewUUID()
+		node.CreationTimestamp = now
+		node.Annotations = map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}
+	}
+	var taints []corev1.Taint
+	if n.Role == RoleControlPlane {
+		lbls[LabelControlPlane] = ""
+		taints = append(taints, corev1.Taint{Key: LabelControlPlane, Effect: corev1.TaintEffectNoSchedule})
+	}
+	for k, v := range n.Labels {
+		lbls[k] = v
+	}
+	node.Labels = lbls
+	node.Spec.Taints = append(taints, corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
+	node.Status.Addresses = nil
+	for _, a := range n.Addresses {
+		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.String()})
+	}
+	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.Name})
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:              apiresource.MustParse("4"),
+		corev1.ResourceMemory:           apiresource.MustParse("8Gi"),
+		corev1.ResourceEphemeralStorage: apiresource.MustParse("40Gi"),
+		corev1.ResourcePods:             apiresource.MustParse("110"),
+	}
+	node.Status.Capacity, node.Status.Allocatable = capacity, capacity.DeepCopy()
+	node.Status.NodeInfo = corev1.NodeSystemInfo{
+		MachineID: string(node.UID), SystemUUID: string(node.UID), BootID: string(uuid.NewUUID()),
+		KernelVersion: "6.12.0-talos", OSImage: "Talos", ContainerRuntimeVersion: "containerd://2.1.0",
+		KubeletVersion: version, OperatingSystem: "linux", Architecture: "amd64",
+	}
+	node.Status.Conditions = []corev1.NodeCondition{
+		nodeCondition(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available", now),
+		nodeCondition(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", now),
+		nodeCondition(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available", now),
+		nodeCondition(corev1.NodeReady, corev1.ConditionFalse, "KubeletNotReady",
+			"container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized", now),
+	}
+	st.kubelets[n.Name] = true
+	st.store(nodesResource, node)
+	st.reconcile()
+	s.scheduleReady(n.Name)
+	return nil
+}
+
+func nodeCondition(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string, now metav1.Time) corev1.NodeCondition {
+	return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg, LastHeartbeatTime: now, LastTransitionTime: now}
+}
+
+// scheduleReady arms the timer that turns a new node Ready. s.mu is held.
+func (s *Server) scheduleReady(name string) {
+	if t := s.timers[name]; t != nil {
+		t.Stop()
+	}
+	fire := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.timers, name)
+		if s.closing || !s.st.kubelets[name] {
+			return
+		}
+		s.setReady(name, true)
+	}
+	if s.opts.ReadyDelay <= 0 {
+		s.setReady(name, true)
+		return
+	}
+	s.timers[name] = time.AfterFunc(s.opts.ReadyDelay, fire)
+}
+
+// setReady sets a node's Ready condition and the matching taints, and lets
+// the world react. s.mu is held.
+func (s *Server) setReady(name string, ready bool) {
+	st := s.st
+	n := st.node(name)
+	if n == nil {
+		return
+	}
+	n = n.DeepCopy()
+	now := st.metaNow()
+	var taints []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+			taints = append(taints, t)
+		}
+	}
+	cond := nodeCondition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status", now)
+	if !ready {
+		cond = nodeCondition(corev1.NodeReady, corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status.", now)
+		taints = append(taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
+	}
+	n.Spec.Taints = taints
+	for i := range n.Status.Conditions {
+		if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+			if c.Status == cond.Status {
+				cond.LastTransitionTime = c.LastTransitionTime
+			}
+			*c = cond
+		}
+	}
+	st.store(nodesResource, n)
+	st.reconcile()
+}
+
+// SetNodeReady turns a node Ready (its kubelet posts status again) or not
+// (the kubelet stopped: the Ready condition turns Unknown, the node is
+// tainted unreachable, its pods turn NotReady, and pods deleted there stay
+// Terminating). It cancels a pending ReadyDelay.
+func (s *Server) SetNodeReady(name string, ready bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st.node(name) == nil {
+		return fmt.Errorf("setting node %q ready: %w", name, apierrors.NewNotFound(nodesResource.groupResource(), name))
+	}
+	if t := s.timers[name]; t != nil {
+		t.Stop()
+		delete(s.timers, name)
+	}
+	s.setReady(name, ready)
+	return nil
+}
+
+// SetKubeletVersion changes the kubelet version a node reports, as a
+// kubelet upgrade does.
+func (s *Server) SetKubeletVersion(name, version string) error {
+	if _, _, err := parseVersion(version); err != nil {
+		return fmt.Errorf("setting the kubelet version of node %q: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.st.node(name)
+	if n == nil {
+		return fmt.Errorf("setting the kubelet version of node %q: %w", name, apierrors.NewNotFound(nodesResource.groupResource(), name))
+	}
+	n = n.DeepCopy()
+	n.Status.NodeInfo.KubeletVersion = version
+	s.st.store(nodesResource, n)
+	return nil
+}
+
+// RemoveNode deletes a node object, as `kubectl delete node` does; its pods
+// are garbage-collected and their controllers replace them elsewhere. A
+// machine that merely stops is SetNodeReady(name, false) instead.
+func (s *Server) RemoveNode(name string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.timers[name]; t != nil {
+		t.Stop()
+		delete(s.timers, name)
+	}
+	if _, err := s.st.remove(nodesResource, "", name, &metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("removing node %q: %w", name, err)
+	}
+	return nil
+}
+
+// AddPod places a running workload pod and returns its name. A pod bound
+// to a Ready node with a kubelet runs at once; otherwise it is Pending until
+// its node is Ready or the scheduler finds it one.
+func (s *Server) AddPod(p Pod) (string, error) {
+	ns := p.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	if (p.OwnerKind == "") != (p.OwnerName == "") {
+		return "", errors.New("adding a pod: OwnerKind and OwnerName go together")
+	}
+	switch p.OwnerKind {
+	case "", kindReplicaSet, kindStatefulSet, kindDaemonSet:
+	default:
+		return "", fmt.Errorf("adding a pod: owner kind %q is not simulated", p.OwnerKind)
+	}
+	if p.OwnerKind == kindDaemonSet && p.Node == "" {
+		return "", errors.New("adding a pod: a DaemonSet pod needs a node")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	if p.Node != "" && st.node(p.Node) == nil {
+		return "", fmt.Errorf("adding a pod: %w", apierrors.NewNotFound(nodesResource.groupResource(), p.Node))
+	}
+	if _, err := st.lookup(namespacesResource, "", ns); err != nil {
+		if _, err := st.create(namespacesResource, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return "", fmt.Errorf("adding a pod: creating namespace %q: %w", ns, err)
+		}
+	}
+	name := p.Name
+	if name == "" {
+		prefix := p.OwnerName
+		if prefix == "" {
+			prefix = "pod"
+		}
+		name = prefix + "-" + randomSuffix()
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{}},
+		Spec: corev1.PodSpec{
+			NodeName:    p.Node,
+			Containers:  []corev1.Container{{Name: "app", Image: pauseImage}},
+			Tolerations: append([]corev1.Toleration(nil), p.Tolerations...),
+		},
+	}
+	for k, v := range p.Labels {
+		pod.Labels[k] = v
+	}
+	if p.OwnerKind != "" {
+		uid := uuid.NewUUID()
+		if o := st.owners[ownerKey(ns, p.OwnerKind, p.OwnerName)]; o != nil {
+			uid = o.uid
+		}
+		pod.OwnerReferences = []metav1.OwnerReference{{
+			APIVersion: "apps/v1", Kind: p.OwnerKind, Name: p.OwnerName, UID: uid,
+			Controller: new(true), BlockOwnerDeletion: new(true),
+		}}
+	}
+	if p.OwnerKind == kindDaemonSet {
+		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Operator: corev1.TolerationOpExists})
+	}
+	if p.NotReady {
+		st.unready[objKey(ns, name)] = true
+	}
+	if _, err := st.create(podsResource, ns, pod); err != nil {
+		delete(st.unready, objKey(ns, name))
+		return "", fmt.Errorf("adding pod %s/%s: %w", ns, name, err)
+	}
+	return name, nil
+}
+
+// Nodes returns the node objects, by name.
+func (s *Server) Nodes() []corev1.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.list(nodesResource, "", labels.Everything(), fields.Everything()).(*corev1.NodeList).Items
+}
+
+// Pods returns the pod objects of every namespace, by namespace and name.
+func (s *Server) Pods() []corev1.Pod {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.list(podsResource, "", labels.Everything(), fields.Everything()).(*corev1.PodList).Items
+}

@@ -1,0 +1,216 @@
+package kube
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// DefaultVersion is the Kubernetes version the emulator reports when
+// Options.Version is empty.
+const DefaultVersion = "v1.36.1"
+
+// Options configure a Server.
+type Options struct {
+	// CACert and CAKey are the cluster's Kubernetes CA in PEM form. The
+	// server presents a certificate signed by it and accepts only client
+	// certificates signed by it.
+	CACert, CAKey []byte
+	// Addr is the address to listen on: a loopback address, normally the
+	// cluster endpoint's 127.x.y.z:6443. Port 0 picks a free port.
+	Addr netip.AddrPort
+	// SANs are extra names and addresses for the serving certificate, besides
+	// Addr's IP and the in-cluster names of the kubernetes service.
+	SANs []string
+	// Version is the Kubernetes version served at /version, like "v1.36.1";
+	// empty means DefaultVersion.
+	Version string
+	// ReadyDelay is how long a node added with AddNode stays NotReady before
+	// its simulated kubelet reports Ready.
+	ReadyDelay time.Duration
+	// Logger receives the HTTP server's own errors (TLS handshakes that
+	// failed, for one); nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is the emulated Kubernetes API of one cluster. Its methods are safe
+// for concurrent use.
+type Server struct {
+	opts   Options
+	tls    *tls.Config
+	caPool *x509.CertPool
+
+	mu      sync.Mutex
+	version string
+	addr    netip.AddrPort // the bound address once started
+	srv     *http.Server
+	closed  chan struct{}
+	st      *state
+	log     []*Op
+	faults  []*fault
+	timers  map[string]*time.Timer
+	closing bool
+}
+
+// New validates opts and prepares a server; Start makes it listen.
+func New(opts Options) (*Server, error) {
+	if !opts.Addr.IsValid() {
+		return nil, errors.New("creating the Kubernetes API emulator: no listen address")
+	}
+	if !opts.Addr.Addr().IsLoopback() {
+		return nil, fmt.Errorf("creating the Kubernetes API emulator: %s is not a loopback address", opts.Addr.Addr())
+	}
+	if opts.Version == "" {
+		opts.Version = DefaultVersion
+	}
+	if _, _, err := parseVersion(opts.Version); err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes API emulator: %w", err)
+	}
+	hosts := append([]string{
+		opts.Addr.Addr().String(), "localhost", "kubernetes", "kubernetes.default",
+		"kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+	}, opts.SANs...)
+	cfg, pool, err := serverTLS(opts.CACert, opts.CAKey, hosts...)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes API emulator: %w", err)
+	}
+	s := &Server{
+		opts:    opts,
+		tls:     cfg,
+		caPool:  pool,
+		version: opts.Version,
+		addr:    opts.Addr,
+		closed:  make(chan struct{}),
+		timers:  map[string]*time.Timer{},
+	}
+	s.st = newState()
+	return s, nil
+}
+
+// Start listens on Options.Addr and serves until ctx ends or Close is
+// called. It returns once the listener is bound.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil || s.closing {
+		return errors.New("starting the Kubernetes API emulator: already started")
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.opts.Addr.String())
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.opts.Addr, err)
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok {
+		s.addr = tcp.AddrPort()
+		s.addr = netip.AddrPortFrom(s.addr.Addr().Unmap(), s.addr.Port())
+	}
+	errLog := log.New(io.Discard, "", 0)
+	if s.opts.Logger != nil {
+		errLog = slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelDebug)
+	}
+	s.srv = &http.Server{
+		Handler:           s,
+		TLSConfig:         s.tls,
+		ReadHeaderTimeout: 30 * time.Second,
+		ErrorLog:          errLog,
+	}
+	srv := s.srv
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	context.AfterFunc(ctx, func() { _ = s.Close() })
+	return nil
+}
+
+// Close stops the server: it closes the listener and every connection (so
+// hung requests end) and stops the simulated kubelets' timers.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closing = true
+	close(s.closed)
+	for name, t := range s.timers {
+		t.Stop()
+		delete(s.timers, name)
+	}
+	srv := s.srv
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if err := srv.Close(); err != nil {
+		return fmt.Errorf("closing the Kubernetes API emulator: %w", err)
+	}
+	return nil
+}
+
+// Addr returns the address the server listens on (with the port it picked
+// if Options.Addr had port 0).
+func (s *Server) Addr() netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// URL returns the server's base URL, https://IP:port.
+func (s *Server) URL() string {
+	return "https://" + s.Addr().String()
+}
+
+// SetVersion changes the version served at /version and the default
+// kubelet version of nodes added afterwards, as an upgrade of the control
+// plane would.
+func (s *Server) SetVersion(v string) error {
+	if _, _, err := parseVersion(v); err != nil {
+		return fmt.Errorf("setting the Kubernetes version: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version = v
+	return nil
+}
+
+// Version returns the version served at /version.
+func (s *Server) Version() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// ClientConfig returns a client-go configuration for the server: its URL,
+// the CA to verify it with, and a client certificate for user in groups
+// signed by the cluster's CA. Call it after Start when Options.Addr has
+// port 0.
+func (s *Server) ClientConfig(user string, groups ...string) (*rest.Config, error) {
+	certPEM, keyPEM, err := ClientCert(s.opts.CACert, s.opts.CAKey, user, groups...)
+	if err != nil {
+		return nil, fmt.Errorf("issuing a client certificate for %q: %w", user, err)
+	}
+	return &rest.Config{
+		Host: s.URL(),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   s.opts.CACert,
+			CertData: certPEM,
+			KeyData:  keyPEM,
+		},
+	}, nil
+}
+
+// AdminConfig returns ClientConfig for the cluster administrator: user
+// "admin" in group system:masters, as in a Talos admin kubeconfig.
+func (s *Server) AdminConfig() (*rest.Config, error) {
+	return s.ClientConfig("admin", "system:masters")
+}

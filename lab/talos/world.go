@@ -1,0 +1,709 @@
+package talos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"net/url"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+)
+
+// APIPort is the port every simulated node serves the Talos API on.
+const APIPort = 50000
+
+// Default delays; they keep tests fast.
+const (
+	DefaultBootDelay    = 10 * time.Millisecond
+	DefaultInstallDelay = 10 * time.Millisecond
+	DefaultRebootDelay  = 10 * time.Millisecond
+	DefaultEtcdRetry    = 200 * time.Millisecond
+)
+
+// DefaultBootImage is the boot media a node boots from when Boot is not
+// given one: the version a node in maintenance mode reports.
+const DefaultBootImage = "ghcr.io/siderolabs/installer:v1.13.9"
+
+// ErrClosed is returned by World methods called after Close.
+var ErrClosed = errors.New("talos world is closed")
+
+// ErrUnknownNode is returned for an address no node was ever booted on.
+var ErrUnknownNode = errors.New("no such node")
+
+// Options configure a World. Zero durations take the defaults.
+type Options struct {
+	// BootDelay is the time from power-on until the node's API answers.
+	BootDelay time.Duration
+	// InstallDelay is added to the boot of an installation: the first boot
+	// from user data, the reboot after a maintenance-mode apply, an upgrade.
+	InstallDelay time.Duration
+	// RebootDelay is the time a rebooting node is down.
+	RebootDelay time.Duration
+	// ShutdownDelay is the time between the answer to a call that takes the
+	// node down (reboot, reset, upgrade, apply with a reboot) and its API
+	// going away; the API keeps answering meanwhile, as Talos does while it
+	// drains. Zero means at once.
+	ShutdownDelay time.Duration
+	// ServicesDelay is the time after the API answers until the node's
+	// services are ready: before it Bootstrap answers FailedPrecondition,
+	// the node has not joined etcd and its kubelet has not registered.
+	ServicesDelay time.Duration
+	// EtcdRetry bounds how long leaving etcd (EtcdLeaveCluster, a graceful
+	// reset) retries while the cluster is too unhealthy to lose a member.
+	EtcdRetry time.Duration
+	// BootImage is the installer image reference whose version a node in
+	// maintenance mode reports. Empty means DefaultBootImage.
+	BootImage string
+	// Hooks, when set, is told about bootstraps and Kubernetes node
+	// registrations. Calls are made in order from one goroutine, never
+	// while the world is locked, so hooks may call back into the World.
+	Hooks Hooks
+	// Logger receives the world's log; nil discards it.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.BootDelay <= 0 {
+		o.BootDelay = DefaultBootDelay
+	}
+
+	if o.InstallDelay <= 0 {
+		o.InstallDelay = DefaultInstallDelay
+	}
+
+	if o.RebootDelay <= 0 {
+		o.RebootDelay = DefaultRebootDelay
+	}
+
+	if o.EtcdRetry <= 0 {
+		o.EtcdRetry = DefaultEtcdRetry
+	}
+
+	if o.BootImage == "" {
+		o.BootImage = DefaultBootImage
+	}
+
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	return o
+}
+
+// Hooks is what the World tells the rest of the lab about Kubernetes.
+type Hooks interface {
+	// Bootstrapped is called once per cluster, when its etcd is
+	// bootstrapped and its Kubernetes API comes up.
+	Bootstrapped(c Cluster)
+	// NodeJoined is called when a node's kubelet registers: every time a
+	// node of a bootstrapped cluster comes up, for the nodes already up
+	// when their cluster is bootstrapped, and again when a live config
+	// change alters what it registers (labels, kubelet version).
+	NodeJoined(cluster string, n Node)
+	// NodeLeft is called when a registered node's kubelet stops because the
+	// node went down (reboot, upgrade, reset, power off). It is not a
+	// deletion: the Node object is the engine's to delete.
+	NodeLeft(cluster string, hostname string)
+}
+
+// Cluster describes a bootstrapped cluster to Hooks.
+type Cluster struct {
+	// Name is cluster.clusterName.
+	Name string
+	// ID is cluster.id.
+	ID string
+	// Endpoint is cluster.controlPlane.endpoint.
+	Endpoint *url.URL
+	// KubernetesCA is the cluster's Kubernetes CA (cluster.ca).
+	KubernetesCA CertKey
+	// KubernetesVersion is the tag of the bootstrap node's kubelet image,
+	// such as "v1.35.1".
+	KubernetesVersion string
+	// VIP is the address of the bootstrap node's Layer2VIPConfig document;
+	// invalid when there is none.
+	VIP netip.Addr
+}
+
+// CertKey is a PEM certificate and its PEM private key.
+type CertKey struct {
+	Cert []byte
+	Key  []byte
+}
+
+// Node describes a registering Kubernetes node to Hooks.
+type Node struct {
+	Hostname string
+	Addr     netip.Addr
+	Role     Role
+	// KubeletVersion is the tag of machine.kubelet.image.
+	KubeletVersion string
+	// TalosVersion is the version of the Talos the node runs.
+	TalosVersion string
+	// Labels are machine.nodeLabels, plus node-role.kubernetes.io/control-plane
+	// on control planes as Talos adds it.
+	Labels map[string]string
+}
+
+// Role is a node's machine type.
+type Role string
+
+// Roles.
+const (
+	RoleControlPlane Role = "controlplane"
+	RoleWorker       Role = "worker"
+)
+
+// Mode is where a node is in its lifecycle.
+type Mode string
+
+// Modes.
+const (
+	// ModeOff: powered off (or never booted, or reset without a reboot).
+	ModeOff Mode = "off"
+	// ModeBooting: powered on, its API not up yet (booting, installing,
+	// rebooting, upgrading).
+	ModeBooting Mode = "booting"
+	// ModeMaintenance: up without a machine config.
+	ModeMaintenance Mode = "maintenance"
+	// ModeRunning: up with a machine config.
+	ModeRunning Mode = "running"
+)
+
+// NodeState is a snapshot of one node.
+type NodeState struct {
+	Addr     netip.Addr
+	Hostname string
+	// Cluster is the name of the node's cluster; empty in maintenance.
+	Cluster string
+	// Role is empty in maintenance mode.
+	Role Role
+	// Version is the Talos version the node runs (reports, when up).
+	Version string
+	// Schematic is the Image Factory schematic of the running image; empty
+	// for images that are not Image Factory installers.
+	Schematic string
+	// Image is the running installer image reference.
+	Image string
+	Mode  Mode
+	// Up reports whether the API answers.
+	Up bool
+	// Boots counts how many times the API came up.
+	Boots int
+	// EtcdMemberID is the node's etcd member ID; 0 when it is not a member.
+	EtcdMemberID uint64
+	// Registered reports whether the node's kubelet is registered now.
+	Registered bool
+}
+
+// ClusterState is a snapshot of one cluster's identity and etcd.
+type ClusterState struct {
+	Name string
+	ID   string
+	// Bootstrapped reports whether etcd was bootstrapped.
+	Bootstrapped bool
+	// Bootstraps counts successful Bootstrap calls; more than one means a
+	// node with an empty etcd data directory was bootstrapped while the
+	// cluster already had etcd, which real Talos accepts (forming a second
+	// etcd cluster) and the lab only counts.
+	Bootstraps int
+	// Leader is the etcd leader's member ID, 0 without a functioning
+	// majority.
+	Leader  uint64
+	Members []Member
+}
+
+// Member is an etcd member.
+type Member struct {
+	ID       uint64
+	Hostname string
+	Addr     netip.Addr
+	Learner  bool
+	// Started reports whether the member's etcd is running.
+	Started bool
+}
+
+// Op is one entry of the operation log: one call for one node.
+type Op struct {
+	Time time.Time
+	// Node is the node the call was for.
+	Node netip.Addr
+	// Endpoint is the node that received the call (differs from Node when
+	// the call was proxied).
+	Endpoint netip.Addr
+	// Call is the gRPC method, such as "/machine.MachineService/Bootstrap".
+	Call string
+	// Code is the call's status code; codes.OK on success.
+	Code codes.Code
+	// Err is the error message; empty on success.
+	Err string
+}
+
+// Short returns the method name of the call, such as "Bootstrap".
+func (o Op) Short() string {
+	for i := len(o.Call) - 1; i >= 0; i-- {
+		if o.Call[i] == '/' {
+			return o.Call[i+1:]
+		}
+	}
+
+	return o.Call
+}
+
+// World is a datacenter of simulated Talos nodes. It is safe for concurrent
+// use.
+type World struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	closed   bool
+	nodes    map[netip.Addr]*node
+	clusters map[string]*cluster
+	// caKeys maps a machine CA certificate (PEM) to its key, learnt from
+	// control-plane configs, so that workers (whose configs carry only the
+	// certificate) get server certificates like trustd issues them.
+	caKeys  map[string][]byte
+	ops     []Op
+	eventID uint64
+
+	hooks *hookQueue
+}
+
+// NewWorld returns an empty world.
+func NewWorld(opts Options) *World {
+	opts = opts.withDefaults()
+
+	return &World{
+		opts:     opts,
+		log:      opts.Logger,
+		nodes:    map[netip.Addr]*node{},
+		clusters: map[string]*cluster{},
+		caKeys:   map[string][]byte{},
+		hooks:    newHookQueue(opts.Hooks),
+	}
+}
+
+// BootOption changes how Boot powers a node on.
+type BootOption func(*bootOptions)
+
+type bootOptions struct {
+	image string
+}
+
+// BootImage sets the installer image reference of the boot media (for
+// example factory.talos.dev/nocloud-installer/<schematic>:v1.13.8): the
+// version and schematic a node reports in maintenance mode.
+func BootImage(ref string) BootOption {
+	return func(o *bootOptions) { o.image = ref }
+}
+
+// Boot powers on the machine at addr with the given user data (the machine
+// config on its CIDATA media). The node's API answers on addr:50000 after
+// BootDelay, plus InstallDelay for a first boot from a config. Empty user
+// data boots it into maintenance mode. A machine that was installed before
+// and only powered off boots from its disk and ignores the user data, like
+// real Talos. addr must be a loopback address; Boot fails on a node that is
+// already on and on user data that is not a valid machine config.
+func (w *World) Boot(ctx context.Context, addr netip.Addr, userData []byte, opts ...BootOption) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	if !addr.Is4() || !addr.IsLoopback() {
+		return fmt.Errorf("booting %s: only IPv4 loopback addresses (127.0.0.0/8) are allowed", addr)
+	}
+
+	var bo bootOptions
+	for _, o := range opts {
+		o(&bo)
+	}
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	if w.closed {
+		return ErrClosed
+	}
+
+	n := w.nodes[addr]
+	if n != nil && n.mode != ModeOff {
+		return fmt.Errorf("booting %s: the node is already on (%s)", addr, n.mode)
+	}
+
+	if n == nil {
+		n = newNode(addr)
+		w.nodes[addr] = n
+	}
+
+	if bo.image != "" {
+		n.bootImage = bo.image
+	} else if n.bootImage == "" {
+		n.bootImage = w.opts.BootImage
+	}
+
+	delay := w.opts.BootDelay
+
+	if !n.installed && len(userData) > 0 {
+		cfg, err := configloader.NewFromBytes(userData)
+		if err != nil {
+			return fmt.Errorf("booting %s: loading user data: %w", addr, err)
+		}
+
+		if cfg.CompleteForBoot() {
+			if _, err := cfg.Validate(validationMode{}); err != nil {
+				return fmt.Errorf("booting %s: validating user data: %w", addr, err)
+			}
+
+			n.install(cfg)
+
+			delay += w.opts.InstallDelay
+		}
+	}
+
+	w.log.Info("node powered on", "node", addr, "installed", n.installed)
+	w.powerOn(n, delay)
+
+	return nil
+}
+
+// PowerOff cuts the power of the node at addr: its API goes away at once,
+// its disk is kept. Boot powers it on again.
+func (w *World) PowerOff(addr netip.Addr) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	n := w.nodes[addr]
+	if n == nil {
+		return fmt.Errorf("powering off %s: %w", addr, ErrUnknownNode)
+	}
+
+	w.powerOff(n)
+
+	return nil
+}
+
+// Destroy powers the node at addr off and forgets it with its disk, as when
+// its VM is deleted; the address can then boot a new machine. An etcd member
+// the node had stays in its cluster's membership.
+func (w *World) Destroy(addr netip.Addr) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	n := w.nodes[addr]
+	if n == nil {
+		return fmt.Errorf("destroying %s: %w", addr, ErrUnknownNode)
+	}
+
+	w.powerOff(n)
+	delete(w.nodes, addr)
+
+	return nil
+}
+
+// Node returns the state of the node at addr.
+func (w *World) Node(addr netip.Addr) (NodeState, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	n := w.nodes[addr]
+	if n == nil {
+		return NodeState{}, false
+	}
+
+	return w.nodeState(n), true
+}
+
+// Nodes returns the state of every node, ordered by address.
+func (w *World) Nodes() []NodeState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	out := make([]NodeState, 0, len(w.nodes))
+	for _, n := range w.nodes {
+		out = append(out, w.nodeState(n))
+	}
+
+	slices.SortFunc(out, func(a, b NodeState) int { return a.Addr.Compare(b.Addr) })
+
+	return out
+}
+
+func (w *World) nodeState(n *node) NodeState {
+	s := NodeState{
+		Addr:       n.addr,
+		Hostname:   n.hostname(),
+		Image:      n.runningImage(),
+		Mode:       n.mode,
+		Up:         n.inst != nil,
+		Boots:      n.boots,
+		Registered: n.announced != nil,
+	}
+
+	s.Version, s.Schematic = parseImage(s.Image)
+
+	if n.cfg != nil {
+		s.Role = n.role()
+		s.Cluster = n.cfg.Cluster().Name()
+	}
+
+	if n.etcdData {
+		s.EtcdMemberID = n.memberID
+	}
+
+	return s
+}
+
+// Clusters returns every cluster the world has seen a configured node of,
+// ordered by name.
+func (w *World) Clusters() []ClusterState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	out := make([]ClusterState, 0, len(w.clusters))
+	for _, c := range w.clusters {
+		out = append(out, w.clusterState(c))
+	}
+
+	slices.SortFunc(out, func(a, b ClusterState) int {
+		if a.Name != b.Name {
+			if a.Name < b.Name {
+				return -1
+			}
+
+			return 1
+		}
+
+		if a.ID < b.ID {
+			return -1
+		}
+
+		return 1
+	})
+
+	return out
+}
+
+// EtcdMembers returns the etcd members of the named cluster (name or ID),
+// in the order they joined; nil for an unknown cluster.
+func (w *World) EtcdMembers(cluster string) []Member {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+	if c == nil {
+		return nil
+	}
+
+	return w.clusterState(c).Members
+}
+
+func (w *World) findCluster(nameOrID string) *cluster {
+	if c := w.clusters[nameOrID]; c != nil {
+		return c
+	}
+
+	for _, c := range w.clusters {
+		if c.name == nameOrID {
+			return c
+		}
+	}
+
+	return nil
+}
+
+func (w *World) clusterState(c *cluster) ClusterState {
+	s := ClusterState{
+		Name:         c.name,
+		ID:           c.id,
+		Bootstrapped: c.bootstrapped,
+		Bootstraps:   c.bootstraps,
+		Leader:       c.leader,
+	}
+
+	for _, m := range c.members {
+		s.Members = append(s.Members, Member{
+			ID:       m.id,
+			Hostname: m.name,
+			Addr:     m.addr,
+			Learner:  m.learner,
+			Started:  w.started(c, m),
+		})
+	}
+
+	return s
+}
+
+// Log returns the operation log in order.
+func (w *World) Log() []Op {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	return slices.Clone(w.ops)
+}
+
+func (w *World) record(op Op) {
+	w.ops = append(w.ops, op)
+}
+
+// Close stops every node and the hook dispatcher. It is safe to call more
+// than once.
+func (w *World) Close() error {
+	w.mu.Lock()
+
+	if w.closed {
+		w.mu.Unlock()
+
+		return nil
+	}
+
+	w.closed = true
+
+	var insts []*instance
+
+	for _, n := range w.nodes {
+		n.gen++
+
+		if n.inst != nil {
+			insts = append(insts, n.inst)
+			n.inst = nil
+		}
+	}
+
+	w.mu.Unlock()
+
+	for _, inst := range insts {
+		inst.stop(0)
+	}
+
+	w.hooks.close()
+
+	return nil
+}
+
+// Faults.
+
+// NeverBoot makes the node at addr never come up when powered on (now, if it
+// is booting, and on every later boot or reboot) until ClearFaults.
+func (w *World) NeverBoot(addr netip.Addr) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.faultsOf(addr).neverBoot = true
+}
+
+// FailReset makes the next n reset sequences of the node at addr fail after
+// the Reset call was accepted, as a failing drain or etcd leave does: the
+// node stays up and in etcd, and the failure shows as a failed "reset"
+// sequence event for the call's actor ID.
+func (w *World) FailReset(addr netip.Addr, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.faultsOf(addr).failReset = n
+}
+
+// StuckEtcdMember makes the etcd member of the node at addr impossible to
+// remove (EtcdLeaveCluster, EtcdRemoveMemberByID, the leave of a graceful
+// reset): removal times out, as with a member that etcd cannot reach
+// consensus about.
+func (w *World) StuckEtcdMember(addr netip.Addr) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.faultsOf(addr).stuckMember = true
+}
+
+// FailCalls makes the next n calls of method to the node at addr fail with
+// code. method is a full gRPC method name or its last element ("Reset").
+func (w *World) FailCalls(addr netip.Addr, method string, n int, code codes.Code) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	f := w.faultsOf(addr)
+	if f.failCalls == nil {
+		f.failCalls = map[string]*callFault{}
+	}
+
+	f.failCalls[method] = &callFault{n: n, code: code}
+}
+
+// Latency delays every call to the node at addr by d.
+func (w *World) Latency(addr netip.Addr, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.faultsOf(addr).latency = d
+}
+
+// RollbackUpgrade makes the next n upgrades of the node at addr fail to boot
+// the new image: the node comes back on its previous version, as Talos's A/B
+// boot does.
+func (w *World) RollbackUpgrade(addr netip.Addr, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.faultsOf(addr).rollbackUpgrade = n
+}
+
+// ClearFaults removes every fault of the node at addr.
+func (w *World) ClearFaults(addr netip.Addr) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	if n := w.nodes[addr]; n != nil {
+		n.faults = faults{}
+	}
+}
+
+// faultsOf returns the faults of the node at addr, creating an off node
+// record when none exists so that faults can be set before the first boot.
+func (w *World) faultsOf(addr netip.Addr) *faults {
+	n := w.nodes[addr]
+	if n == nil {
+		n = newNode(addr)
+		w.nodes[addr] = n
+	}
+
+	return &n.faults
+}
+
+type faults struct {
+	neverBoot       bool
+	failReset       int
+	stuckMember     bool
+	failCalls       map[string]*callFault
+	latency         time.Duration
+	rollbackUpgrade int
+}
+
+type callFault struct {
+	n    int
+	code codes.Code
+}
+
+// takeCallFault consumes a call fault for method, if any.
+func (f *faults) takeCallFault(method string) (codes.Code, bool) {
+	for _, key := range []string{method, shortMethod(method)} {
+		cf := f.failCalls[key]
+		if cf == nil || cf.n <= 0 {
+			continue
+		}
+
+		cf.n--
+
+		return cf.code, true
+	}
+
+	return codes.OK, false
+}
+
+func shortMethod(method string) string {
+	return Op{Call: method}.Short()
+}

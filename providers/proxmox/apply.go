@@ -1,0 +1,350 @@
+package proxmox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/Telmate/proxmox-api-go/proxmox"
+
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+)
+
+// Apply carries out one change that Plan returned. Every step first looks
+// at what exists, so a change interrupted half-way is finished on the next
+// run instead of being done twice.
+func (p *Provider) Apply(ctx context.Context, want *reconcile.Desired, ch plan.Change) error {
+	attr := func(k string) string {
+		for _, a := range ch.Attributes {
+			if a.Key == k {
+				return a.Value
+			}
+		}
+		return ""
+	}
+	switch {
+	case ch.Resource.Kind == plan.KindImage && ch.Action == plan.ActionCreate:
+		return p.uploadBootISO(ctx, attr("node"))
+	case ch.Resource.Kind == plan.KindResourcePool:
+		return p.ensurePool(ctx)
+	case ch.Resource.Kind == plan.KindCIData && ch.Action == plan.ActionCreate:
+		return p.uploadCIData(ctx, want, ch.Resource.Name, attr("node"))
+	case ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionCreate:
+		return p.createVM(ctx, want, ch.Resource.Name, attr("node"))
+	case ch.Resource.Kind == plan.KindFirewallRule && ch.Action == plan.ActionCreate && !strings.Contains(ch.Resource.Name, "/"):
+		return p.withVM(ctx, ch.Resource.Name, p.firewallAndStart)
+	case ch.Resource.Kind == plan.KindFirewallRule, ch.Resource.Kind == plan.KindFirewallOptions:
+		host, _, _ := strings.Cut(ch.Resource.Name, "/")
+		return p.withVM(ctx, host, p.reconcileFirewall)
+	case ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionUpdate:
+		return p.withVM(ctx, ch.Resource.Name, func(ctx context.Context, v *vm) error { return p.updateVM(ctx, want, v, attr) })
+	case ch.Resource.Kind == plan.KindCIData && ch.Action == plan.ActionDelete:
+		return p.withVM(ctx, ch.Resource.Name, p.finalize)
+	}
+	return fmt.Errorf("proxmox: no way to apply %s %s", ch.Action, ch.Resource)
+}
+
+// withVM looks an owned VM up by hostname and runs f on it.
+func (p *Provider) withVM(ctx context.Context, hostname string, f func(context.Context, *vm) error) error {
+	inv, err := p.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	v, ok := inv.(*inventory).owned[hostname]
+	if !ok {
+		return fmt.Errorf("VM %s does not exist", hostname)
+	}
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	return f(ctx, v)
+}
+
+// warningsOnly reports whether a task error is a Proxmox task that ended
+// with warnings: the change took effect.
+func warningsOnly(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "WARNINGS:")
+}
+
+// taskDone checks a task exit status: OK and "WARNINGS: N" both mean the
+// change took effect.
+func taskDone(status string, err error) error {
+	if err != nil && !warningsOnly(err) {
+		return err
+	}
+	if status != "" && status != "OK" && !strings.HasPrefix(status, "WARNINGS:") {
+		return errors.New("task ended with " + status)
+	}
+	return nil
+}
+
+func (p *Provider) ensurePool(ctx context.Context) error {
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	comment := p.poolComment()
+	pool := proxmox.ConfigPool{Name: proxmox.PoolName(p.poolName()), Comment: &comment}
+	exists, err := pool.Exists(ctx, p.api)
+	if err != nil {
+		return fmt.Errorf("checking pool %s: %w", p.poolName(), err)
+	}
+	if exists {
+		err = pool.Update(ctx, p.api)
+	} else {
+		err = pool.Create(ctx, p.api)
+	}
+	if err != nil {
+		return fmt.Errorf("writing pool %s: %w", p.poolName(), err)
+	}
+	return nil
+}
+
+// hasVolume reports whether a node's storage holds a volume.
+func (p *Provider) hasVolume(ctx context.Context, node, storage, volid string) (bool, error) {
+	list, err := p.api.GetItemListInterfaceArray(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content", node, storage))
+	if err != nil {
+		return false, fmt.Errorf("listing %s on %s: %w", storage, node, err)
+	}
+	for _, item := range list {
+		if m, _ := item.(map[string]any); str(m["volid"]) == volid {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// upload stores an ISO; a task that ended with warnings counts when the
+// file is there afterwards.
+func (p *Provider) upload(ctx context.Context, node, storage, name string, data []byte) error {
+	err := p.api.Upload(ctx, node, storage, "iso", name, bytes.NewReader(data))
+	if err == nil {
+		return nil
+	}
+	if warningsOnly(err) {
+		if ok, lerr := p.hasVolume(ctx, node, storage, storage+":iso/"+name); lerr == nil && ok {
+			p.log.Warn("upload ended with warnings but the file is there", "node", node, "file", name)
+			return nil
+		}
+	}
+	return fmt.Errorf("uploading %s to %s on %s: %w", name, storage, node, err)
+}
+
+// uploadBootISO fetches the boot ISO from the Image Factory and uploads it.
+func (p *Provider) uploadBootISO(ctx context.Context, node string) error {
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	name, schematic, err := p.bootISO()
+	if err != nil {
+		return err
+	}
+	if ok, err := p.hasVolume(ctx, node, p.c.Proxmox.ISOStorage, p.isoVolume(name)); err != nil {
+		return err
+	} else if ok {
+		return nil
+	}
+	body, err := machineconfig.SchematicYAML(p.c.BootExtensions())
+	if err != nil {
+		return err
+	}
+	if err := p.factoryRequest(ctx, http.MethodPost, "/schematics", body, nil); err != nil {
+		return err
+	}
+	var iso bytes.Buffer
+	path := fmt.Sprintf("/image/%s/%s/nocloud-amd64.iso", schematic, p.c.Talos.Version)
+	if err := p.factoryRequest(ctx, http.MethodGet, path, nil, &iso); err != nil {
+		return err
+	}
+	return p.upload(ctx, node, p.c.Proxmox.ISOStorage, name, iso.Bytes())
+}
+
+func (p *Provider) factoryRequest(ctx context.Context, method, path string, body []byte, out io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, method, p.factory+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("asking the Image Factory: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/yaml")
+	}
+	resp, err := p.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("asking the Image Factory %s: %w", p.factory, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("asking the Image Factory %s%s: %s", p.factory, path, resp.Status)
+	}
+	if out != nil {
+		if _, err := io.Copy(out, resp.Body); err != nil {
+			return fmt.Errorf("downloading %s%s: %w", p.factory, path, err)
+		}
+	}
+	return nil
+}
+
+// uploadCIData writes a machine's config ISO, replacing an old one left by
+// an interrupted run (its config may be stale).
+func (p *Provider) uploadCIData(ctx context.Context, want *reconcile.Desired, hostname, node string) error {
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	config, ok := want.Configs[hostname]
+	if !ok {
+		return fmt.Errorf("no machine config for %s", hostname)
+	}
+	iso, err := CIDataISO(hostname, config)
+	if err != nil {
+		return err
+	}
+	storage := p.c.Proxmox.CIDataStorage
+	volid := p.cidataVolume(hostname)
+	if ok, err := p.hasVolume(ctx, node, storage, volid); err != nil {
+		return err
+	} else if ok {
+		if err := taskDone(p.api.DeleteWithTask(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", node, storage, volid))); err != nil {
+			return fmt.Errorf("replacing the stale config ISO of %s: %w", hostname, err)
+		}
+	}
+	return p.upload(ctx, node, storage, cidataName(hostname), iso)
+}
+
+// createVM creates a machine's VM unless a VM of that name is already
+// owned (a retry after a failure never duplicates it).
+func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostname, node string) error {
+	inv, err := p.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	if _, ok := inv.(*inventory).owned[hostname]; ok {
+		return nil
+	}
+	i := slices.IndexFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == hostname })
+	if i < 0 {
+		return fmt.Errorf("%s is not a desired machine", hostname)
+	}
+	m := want.Machines[i]
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	id, err := p.api.GetNextID(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("allocating a VM id for %s: %w", hostname, err)
+	}
+	bootName, _, err := p.bootISO()
+	if err != nil {
+		return err
+	}
+	params := p.vmParams(m, int(id), bootName)
+	status, err := p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu", node))
+	if err := taskDone(status, err); err != nil {
+		return fmt.Errorf("creating VM %s (id %d) on %s: %w", hostname, id, node, err)
+	}
+	p.log.Info("created vm", "cluster", p.c.Name, "vm", hostname, "id", int(id), "node", node)
+	return nil
+}
+
+// vmParams are the Proxmox create parameters of a machine's VM.
+func (p *Provider) vmParams(m machineconfig.Machine, id int, bootISO string) map[string]any {
+	px := p.c.Proxmox
+	net0 := fmt.Sprintf("virtio=%s,bridge=%s,firewall=1", strings.ToUpper(m.ClusterMAC), p.clusterBridge())
+	if vlan := p.c.Network.Cluster.VLAN; vlan > 0 {
+		net0 += ",tag=" + strconv.Itoa(vlan)
+	}
+	params := map[string]any{
+		"vmid":    id,
+		"name":    m.Hostname,
+		"pool":    p.poolName(),
+		"tags":    strings.Join(p.vmTags(m), ";"),
+		"cores":   m.Pool.Cores,
+		"memory":  m.Pool.Memory * 1024,
+		"cpu":     "host",
+		"ostype":  "l26",
+		"agent":   "1",
+		"scsihw":  "virtio-scsi-single",
+		"scsi0":   fmt.Sprintf("%s:%d,iothread=1,discard=on", px.Storage, m.Pool.Disk),
+		"ide2":    p.isoVolume(bootISO) + ",media=cdrom",
+		"ide3":    p.cidataVolume(m.Hostname) + ",media=cdrom",
+		"boot":    "order=scsi0;ide2",
+		"net0":    net0,
+		"onboot":  1,
+		"serial0": "socket",
+	}
+	if b := px.Network.ExternalBridge; b != "" && m.ExternalMAC != "" {
+		net1 := fmt.Sprintf("virtio=%s,bridge=%s,firewall=1", strings.ToUpper(m.ExternalMAC), b)
+		if ext := p.c.Network.External; ext != nil && ext.VLAN > 0 {
+			net1 += ",tag=" + strconv.Itoa(ext.VLAN)
+		}
+		params["net1"] = net1
+	}
+	return params
+}
+
+func (p *Provider) ref(v *vm) *proxmox.VmRef {
+	r := proxmox.NewVmRef(proxmox.GuestID(v.id))
+	r.SetNode(v.node)
+	r.SetVmType(proxmox.GuestQemu)
+	return r
+}
+
+// firewallAndStart puts a new VM's firewall in place, then starts it.
+func (p *Provider) firewallAndStart(ctx context.Context, v *vm) error {
+	if err := p.reconcileFirewall(ctx, v); err != nil {
+		return err
+	}
+	if v.running {
+		return nil
+	}
+	if err := taskDone(p.api.StartVm(ctx, p.ref(v))); err != nil {
+		return fmt.Errorf("starting VM %s: %w", v.name, err)
+	}
+	return nil
+}
+
+// updateVM applies in-place changes: size (pending until the next restart),
+// disk growth, power.
+func (p *Provider) updateVM(ctx context.Context, want *reconcile.Desired, v *vm, attr func(string) string) error {
+	i := slices.IndexFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == v.name })
+	if i < 0 {
+		return fmt.Errorf("%s is not a desired machine", v.name)
+	}
+	pool := want.Machines[i].Pool
+	if v.cores != pool.Cores || v.memoryMB != pool.Memory*1024 {
+		params := map[string]any{"cores": pool.Cores, "memory": pool.Memory * 1024}
+		if err := taskDone(p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/config", v.node, v.id))); err != nil {
+			return fmt.Errorf("resizing VM %s: %w", v.name, err)
+		}
+	}
+	if v.diskGB < pool.Disk {
+		if _, err := p.api.ResizeQemuDisk(ctx, p.ref(v), "scsi0", pool.Disk-v.diskGB); err != nil && !warningsOnly(err) {
+			return fmt.Errorf("growing the disk of %s: %w", v.name, err)
+		}
+	}
+	if attr("power") == "start" && !v.running {
+		if err := taskDone(p.api.StartVm(ctx, p.ref(v))); err != nil {
+			return fmt.Errorf("starting VM %s: %w", v.name, err)
+		}
+	}
+	return nil
+}
+
+// finalize detaches the boot and config ISOs and deletes the config ISO,
+// which holds the machine config.
+func (p *Provider) finalize(ctx context.Context, v *vm) error {
+	params := map[string]any{"ide2": "none,media=cdrom", "delete": "ide3"}
+	if err := taskDone(p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/config", v.node, v.id))); err != nil {
+		return fmt.Errorf("detaching the ISOs of %s: %w", v.name, err)
+	}
+	storage := p.c.Proxmox.CIDataStorage
+	volid := p.cidataVolume(v.name)
+	if ok, err := p.hasVolume(ctx, v.node, storage, volid); err != nil {
+		return err
+	} else if ok {
+		if err := taskDone(p.api.DeleteWithTask(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", v.node, storage, volid))); err != nil {
+			return fmt.Errorf("deleting the config ISO of %s: %w", v.name, err)
+		}
+	}
+	return nil
+}

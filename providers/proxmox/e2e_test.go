@@ -1,0 +1,186 @@
+package proxmox_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/taloscluster/taloscluster/lab"
+	"github.com/taloscluster/taloscluster/providers/proxmox"
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+// netSeq hands each test its own loopback networks, so tests run in
+// parallel without address clashes.
+var netSeq atomic.Int32
+
+type world struct {
+	lab  *lab.Lab
+	dir  string
+	net  netip.Prefix
+	name string
+}
+
+// newWorld starts a lab and writes a cluster directory pointing at it.
+func newWorld(t *testing.T, name string, workers int) *world {
+	t.Helper()
+	n := 60 + netSeq.Add(1)
+	clusterNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", n))
+	l, err := lab.Start(t.Context(), lab.Options{
+		Bridges:      map[string]netip.Prefix{"vmbr0": clusterNet},
+		TaskDuration: -1,
+		BootDelay:    20 * time.Millisecond, InstallDelay: 20 * time.Millisecond, RebootDelay: 20 * time.Millisecond,
+		ReadyDelay: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	dir := t.TempDir()
+	vip := clusterNet.Addr().Next().Next().Next().Next().Next() // .5
+	cluster := fmt.Sprintf(`include: [secrets.yaml]
+name: %s
+talos:
+  version: v1.13.8
+kubernetes:
+  version: v1.36.1
+controlplane:
+  count: 3
+  cores: 2
+  memory: 4
+  disk: 20
+workers:
+  worker:
+    count: %d
+    cores: 2
+    memory: 4
+    disk: 20
+proxmox:
+  url: %s
+  storage: local-lvm
+  iso_storage: local
+  tls_verify: ca.pem
+  image_factory: %s
+  network:
+    cluster:
+      bridge: vmbr0
+network:
+  cluster:
+    cidr: %s
+    kubeapi_vip: %s
+  dns: []
+  ntp: [pool.ntp.org]
+`, name, workers, l.PVEURL, l.FactoryURL, clusterNet, vip)
+	secrets := fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret)
+	for f, body := range map[string]string{"cluster.yaml": cluster, "secrets.yaml": secrets, "ca.pem": string(l.CA.PEM())} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &world{lab: l, dir: dir, net: clusterNet, name: name}
+}
+
+func (w *world) engine(t *testing.T) *reconcile.Engine {
+	t.Helper()
+	c, warns, err := spec.Load(w.dir, spec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxmox.New(c, w.dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("converge progress:\n%s", out.String())
+		}
+	})
+	return &reconcile.Engine{Cluster: c, Warnings: warns, Dir: w.dir, Infra: p, Progress: &out,
+		BootTimeout: 60 * time.Second, PollInterval: 50 * time.Millisecond}
+}
+
+// mutations counts the Proxmox API calls that change something.
+func (w *world) mutations() int {
+	n := 0
+	for _, op := range w.lab.PVE.Log() {
+		if op.Method != http.MethodGet {
+			n++
+		}
+	}
+	return n
+}
+
+func TestFirstBuildThenIdempotent(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "alpha", 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	p, err := w.engine(t).Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Counts(); c.Create < 5 {
+		t.Fatalf("first plan creates %d things, want every VM and more: %s", c.Create, p.Summary())
+	}
+	if n := w.mutations(); n != 0 {
+		t.Fatalf("plan made %d mutating calls", n)
+	}
+
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("first converge: %v", err)
+	}
+	vms := w.lab.PVE.VMs()
+	if len(vms) != 5 {
+		t.Fatalf("%d VMs, want 5", len(vms))
+	}
+	for _, v := range vms {
+		if !v.Running || v.Pool != "taloscluster-alpha" || v.FirewallOptions["enable"] != "1" {
+			t.Errorf("VM %s: running=%v pool=%q firewall=%v", v.Name, v.Running, v.Pool, v.FirewallOptions)
+		}
+		if _, ok := v.CDROMs["ide3"]; ok {
+			t.Errorf("VM %s still has its config ISO attached", v.Name)
+		}
+	}
+	for _, f := range []string{"talossecrets.yaml", "talosconfig", "kubeconfig"} {
+		st, err := os.Stat(filepath.Join(w.dir, f))
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %v, want 0600", f, st.Mode().Perm())
+		}
+	}
+	members := w.lab.Talos.EtcdMembers("alpha")
+	if len(members) != 3 {
+		t.Errorf("%d etcd members, want 3", len(members))
+	}
+
+	before := w.mutations()
+	p, err = w.engine(t).Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Empty() {
+		t.Errorf("plan after converge is not empty: %s\n%+v", p.Summary(), p.Changes)
+	}
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("second converge: %v", err)
+	}
+	if n := w.mutations() - before; n != 0 {
+		var calls []string
+		for _, op := range w.lab.PVE.Log()[len(w.lab.PVE.Log())-n:] {
+			calls = append(calls, op.Method+" "+op.Path)
+		}
+		t.Errorf("second converge made %d mutating Proxmox calls: %v", n, calls)
+	}
+}

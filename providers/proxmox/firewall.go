@@ -1,0 +1,222 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/types/network"
+
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+)
+
+// commentPrefix marks the per-VM firewall rules the engine writes.
+const commentPrefix = "taloscluster:"
+
+// Desired per-VM firewall options; written only when different.
+var fwOptions = map[string]string{"enable": "1", "policy_in": "DROP", "policy_out": "ACCEPT"}
+
+// fwRule is one Proxmox per-VM firewall rule.
+type fwRule struct {
+	Pos     int
+	Type    string
+	Action  string
+	Proto   string
+	Dport   string
+	Source  string
+	Comment string
+	Enable  bool
+}
+
+// key identifies what a rule allows, whatever its position or comment.
+func (r fwRule) key() string {
+	return strings.Join([]string{r.Type, r.Action, r.Proto, r.Dport, r.Source}, "|")
+}
+
+func (r fwRule) String() string {
+	s := r.Action + " " + r.Proto
+	if r.Dport != "" {
+		s += "/" + r.Dport
+	}
+	if r.Source != "" {
+		s += " from " + r.Source
+	}
+	return s
+}
+
+// desiredRules mirrors the Talos host firewall (the same policy on every
+// target): ICMP, then one accept per protocol, port and source.
+func (p *Provider) desiredRules() ([]fwRule, error) {
+	docs, err := machineconfig.Firewall(p.c)
+	if err != nil {
+		return nil, err
+	}
+	out := []fwRule{{Type: "in", Action: "ACCEPT", Proto: "icmp", Comment: commentPrefix + "icmp", Enable: true}}
+	for _, d := range docs {
+		rc, ok := d.(*network.RuleConfigV1Alpha1)
+		if !ok {
+			continue
+		}
+		for _, pr := range rc.PortSelector.Ports {
+			dport := strconv.Itoa(int(pr.Lo))
+			if pr.Hi != pr.Lo {
+				dport += ":" + strconv.Itoa(int(pr.Hi))
+			}
+			for _, in := range rc.Ingress {
+				src := in.Subnet.String()
+				if src == "0.0.0.0/0" {
+					src = ""
+				}
+				out = append(out, fwRule{Type: "in", Action: "ACCEPT", Proto: rc.PortSelector.Protocol.String(),
+					Dport: dport, Source: src, Comment: commentPrefix + rc.MetaName, Enable: true})
+			}
+		}
+	}
+	return out, nil
+}
+
+// governed reports whether the engine owns a rule: ours by marker, or on a
+// protocol and port the security policy governs.
+func governed(r fwRule, desired []fwRule) bool {
+	if strings.HasPrefix(r.Comment, commentPrefix) {
+		return true
+	}
+	for _, d := range desired {
+		if d.Proto == r.Proto && d.Dport == r.Dport {
+			return true
+		}
+	}
+	return false
+}
+
+// firewallDiff returns the rules to add and the rules to delete (highest
+// position first) to bring observed to desired. Missing rules are added
+// before stale ones are deleted; duplicates collapse to one; a disabled
+// rule of ours is replaced. Rules on other ports are left alone.
+func firewallDiff(observed, desired []fwRule) (add, del []fwRule, foreign []fwRule) {
+	have := map[string]bool{}
+	for _, o := range observed {
+		if o.Enable {
+			have[o.key()] = true
+		}
+	}
+	want := map[string]bool{}
+	for _, d := range desired {
+		want[d.key()] = true
+		if !have[d.key()] {
+			add = append(add, d)
+			have[d.key()] = true
+		}
+	}
+	kept := map[string]bool{}
+	for _, o := range observed {
+		if !governed(o, desired) {
+			foreign = append(foreign, o)
+			continue
+		}
+		if o.Enable && want[o.key()] && !kept[o.key()] {
+			kept[o.key()] = true
+			continue
+		}
+		del = append(del, o)
+	}
+	slices.SortFunc(del, func(a, b fwRule) int { return b.Pos - a.Pos })
+	return add, del, foreign
+}
+
+func (p *Provider) rulesURL(v *vm) string {
+	return fmt.Sprintf("/nodes/%s/qemu/%d/firewall/rules", v.node, v.id)
+}
+
+// rules reads a VM's firewall rules.
+func (p *Provider) rules(ctx context.Context, v *vm) ([]fwRule, error) {
+	list, err := p.api.GetItemListInterfaceArray(ctx, p.rulesURL(v))
+	if err != nil {
+		return nil, fmt.Errorf("reading the firewall rules of %s: %w", v.name, err)
+	}
+	out := make([]fwRule, 0, len(list))
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		out = append(out, fwRule{
+			Pos: num(m["pos"]), Type: str(m["type"]), Action: str(m["action"]), Proto: str(m["proto"]),
+			Dport: str(m["dport"]), Source: str(m["source"]), Comment: str(m["comment"]), Enable: str(m["enable"]) == "1",
+		})
+	}
+	return out, nil
+}
+
+func (p *Provider) addRule(ctx context.Context, v *vm, r fwRule) error {
+	params := map[string]any{"type": r.Type, "action": r.Action, "enable": 1, "comment": r.Comment}
+	if r.Proto != "" {
+		params["proto"] = r.Proto
+	}
+	if r.Dport != "" {
+		params["dport"] = r.Dport
+	}
+	if r.Source != "" {
+		params["source"] = r.Source
+	}
+	if err := p.api.Post(ctx, params, p.rulesURL(v)); err != nil {
+		return fmt.Errorf("adding firewall rule %s on %s: %w", r, v.name, err)
+	}
+	return nil
+}
+
+func (p *Provider) deleteRule(ctx context.Context, v *vm, r fwRule) error {
+	if err := p.api.Delete(ctx, fmt.Sprintf("%s/%d", p.rulesURL(v), r.Pos)); err != nil {
+		return fmt.Errorf("deleting firewall rule %d (%s) on %s: %w", r.Pos, r, v.name, err)
+	}
+	return nil
+}
+
+// reconcileFirewall sets a VM's firewall options and rules.
+func (p *Provider) reconcileFirewall(ctx context.Context, v *vm) error {
+	desired, err := p.desiredRules()
+	if err != nil {
+		return err
+	}
+	if diff := optionsDiff(v.fwOptions); len(diff) > 0 {
+		params := map[string]any{}
+		for k, val := range diff {
+			params[k] = val
+		}
+		if err := p.api.Put(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/firewall/options", v.node, v.id)); err != nil {
+			return fmt.Errorf("setting the firewall options of %s: %w", v.name, err)
+		}
+	}
+	observed, err := p.rules(ctx, v)
+	if err != nil {
+		return err
+	}
+	add, _, _ := firewallDiff(observed, desired)
+	for _, r := range add {
+		if err := p.addRule(ctx, v, r); err != nil {
+			return err
+		}
+	}
+	// Positions moved with the additions: read again before deleting.
+	observed, err = p.rules(ctx, v)
+	if err != nil {
+		return err
+	}
+	_, del, _ := firewallDiff(observed, desired)
+	for _, r := range del {
+		if err := p.deleteRule(ctx, v, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// optionsDiff returns the firewall options that differ from the desired.
+func optionsDiff(have map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, want := range fwOptions {
+		if have[k] != want {
+			out[k] = want
+		}
+	}
+	return out
+}

@@ -1,0 +1,368 @@
+package proxmox
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Telmate/proxmox-api-go/proxmox"
+
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+// CallTimeout bounds one Proxmox API call (a task wait included).
+const CallTimeout = 2 * time.Minute
+
+// Provider runs a cluster's machines on Proxmox VE.
+type Provider struct {
+	c       *spec.Cluster
+	api     *proxmox.Client
+	http    *http.Client // for the Image Factory
+	log     *slog.Logger
+	factory string
+}
+
+var _ reconcile.Infra = (*Provider)(nil)
+
+// New connects to the Proxmox API of cluster c. dir is the cluster
+// directory a tls_verify CA path is relative to.
+func New(c *spec.Cluster, dir string, log *slog.Logger) (*Provider, error) {
+	if c.Proxmox == nil {
+		return nil, fmt.Errorf("cluster %s has no proxmox section", c.Name)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	px := c.Proxmox
+	tlsCfg, err := tlsConfig(px.TLSVerify, dir)
+	if err != nil {
+		return nil, err
+	}
+	api, err := proxmox.NewClient(px.APIURL(), nil, "", tlsCfg, "", int(CallTimeout/time.Second), false)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Proxmox client for %s: %w", px.APIURL(), err)
+	}
+	var id proxmox.ApiTokenID
+	if err := id.Parse(px.TokenID); err != nil {
+		return nil, fmt.Errorf("reading proxmox.token_id: it must look like user@realm!tokenname")
+	}
+	api.SetAPIToken(id, proxmox.ApiTokenSecret(px.TokenSecret))
+	return &Provider{
+		c:       c,
+		api:     api,
+		http:    &http.Client{Timeout: 10 * time.Minute, Transport: &http.Transport{TLSClientConfig: tlsCfg, Proxy: http.ProxyFromEnvironment}},
+		log:     log,
+		factory: px.ImageFactory,
+	}, nil
+}
+
+// tlsConfig turns proxmox.tls_verify into a TLS config: system roots, plus
+// a CA bundle when a path is given; verification off only when false.
+func tlsConfig(v spec.TLSVerify, dir string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if !v.Verify {
+		cfg.InsecureSkipVerify = true //nolint:gosec // the user set proxmox.tls_verify: false
+		return cfg, nil
+	}
+	if v.CAFile == "" {
+		return cfg, nil
+	}
+	path := v.CAFile
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(dir, path)
+	}
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA bundle of proxmox.tls_verify: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("reading the CA bundle of proxmox.tls_verify %s: no PEM certificate in it", v.CAFile)
+	}
+	cfg.RootCAs = pool
+	return cfg, nil
+}
+
+func (p *Provider) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, CallTimeout)
+}
+
+// Names of the cluster's Proxmox objects.
+func (p *Provider) poolName() string { return "taloscluster-" + p.c.Name }
+
+func (p *Provider) poolComment() string {
+	return "managed-by=taloscluster cluster=" + p.c.Name
+}
+
+// vmTags are the ownership tags of a machine.
+func (p *Provider) vmTags(m machineconfig.Machine) []string {
+	return []string{"taloscluster", "cluster_" + p.c.Name, "role_" + string(m.Role()), "pool_" + m.Pool.Name}
+}
+
+// vm is an owned VM as observed.
+type vm struct {
+	id        int
+	node      string
+	name      string
+	running   bool
+	tags      []string
+	cores     int
+	memoryMB  int
+	diskGB    int
+	storage   string
+	bridge    string
+	config    map[string]string
+	addresses []netip.Addr
+	fwOptions map[string]string
+	fwRules   []fwRule
+}
+
+// inventory is what Observe found.
+type inventory struct {
+	version         string
+	nodes           []string
+	clusterFirewall bool
+	poolExists      bool
+	poolComment     string
+	owned           map[string]*vm // by hostname
+	foreign         map[string]int // VMs with a desired name that are not ours: name -> vmid
+	isos            map[string]bool
+	sharedISO       bool
+}
+
+func (inv *inventory) Machines() []reconcile.Machine {
+	names := make([]string, 0, len(inv.owned))
+	for n := range inv.owned {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	out := make([]reconcile.Machine, 0, len(names))
+	for _, n := range names {
+		v := inv.owned[n]
+		role := spec.RoleWorker
+		if slices.Contains(v.tags, "role_controlplane") {
+			role = spec.RoleControlPlane
+		}
+		out = append(out, reconcile.Machine{Hostname: n, Role: role, Running: v.running, Addresses: v.addresses})
+	}
+	return out
+}
+
+// Observe reads the pool, the owned VMs with their config, firewall and
+// addresses, and the boot ISOs present.
+func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	inv := &inventory{owned: map[string]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}}
+	v, err := p.api.GetVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the Proxmox version at %s: %w", p.c.Proxmox.APIURL(), err)
+	}
+	inv.version = v.String()
+	nodes, err := p.api.GetResourceList(ctx, "node")
+	if err != nil {
+		return nil, fmt.Errorf("listing Proxmox nodes: %w", err)
+	}
+	for _, n := range nodes {
+		m, _ := n.(map[string]any)
+		if str(m["status"]) == "online" {
+			inv.nodes = append(inv.nodes, str(m["node"]))
+		}
+	}
+	slices.Sort(inv.nodes)
+	fw, err := p.api.GetItemConfigMapStringInterface(ctx, "/cluster/firewall/options", "cluster firewall", "options")
+	if err != nil {
+		return nil, fmt.Errorf("reading the datacenter firewall options: %w", err)
+	}
+	inv.clusterFirewall = str(fw["enable"]) == "1"
+	pools, err := proxmox.ListPoolsWithComments(ctx, p.api)
+	if err != nil {
+		return nil, fmt.Errorf("listing Proxmox pools: %w", err)
+	}
+	if comment, ok := pools[proxmox.PoolName(p.poolName())]; ok {
+		inv.poolExists, inv.poolComment = true, comment
+	}
+	if err := p.observeVMs(ctx, inv); err != nil {
+		return nil, err
+	}
+	if err := p.observeISOs(ctx, inv); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
+	list, err := p.api.GetResourceList(ctx, "vm")
+	if err != nil {
+		return fmt.Errorf("listing Proxmox VMs: %w", err)
+	}
+	desired := map[string]bool{}
+	for _, m := range machineconfig.Machines(p.c) {
+		desired[m.Hostname] = true
+	}
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		if str(m["type"]) != "qemu" {
+			continue
+		}
+		name := str(m["name"])
+		tags := splitTags(str(m["tags"]))
+		owned := str(m["pool"]) == p.poolName() ||
+			(slices.Contains(tags, "taloscluster") && slices.Contains(tags, "cluster_"+p.c.Name))
+		id := num(m["vmid"])
+		if !owned {
+			if desired[name] {
+				inv.foreign[name] = id
+			}
+			continue
+		}
+		v := &vm{id: id, node: str(m["node"]), name: name, running: str(m["status"]) == "running", tags: tags}
+		if err := p.observeVM(ctx, v); err != nil {
+			return err
+		}
+		inv.owned[name] = v
+	}
+	return nil
+}
+
+func (p *Provider) observeVM(ctx context.Context, v *vm) error {
+	ref := proxmox.NewVmRef(proxmox.GuestID(v.id))
+	ref.SetNode(v.node)
+	ref.SetVmType(proxmox.GuestQemu)
+	raw, err := p.api.GetVmConfig(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("reading the config of VM %d (%s): %w", v.id, v.name, err)
+	}
+	v.config = map[string]string{}
+	for k, val := range raw {
+		v.config[k] = str(val)
+	}
+	v.cores, _ = strconv.Atoi(v.config["cores"])
+	v.memoryMB, _ = strconv.Atoi(v.config["memory"])
+	v.storage, v.diskGB = diskOf(v.config["scsi0"])
+	v.bridge = propOf(v.config["net0"], "bridge")
+	opts, err := p.api.GetItemConfigMapStringInterface(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/firewall/options", v.node, v.id), "firewall", "options")
+	if err != nil {
+		return fmt.Errorf("reading the firewall options of %s: %w", v.name, err)
+	}
+	v.fwOptions = map[string]string{}
+	for k, val := range opts {
+		v.fwOptions[k] = str(val)
+	}
+	if v.fwRules, err = p.rules(ctx, v); err != nil {
+		return err
+	}
+	if v.running {
+		ifaces, err := p.api.GetVmAgentNetworkInterfaces(ctx, ref)
+		if err == nil {
+			for _, in := range ifaces {
+				for _, ip := range in.IpAddresses {
+					if a, ok := netip.AddrFromSlice(ip); ok {
+						a = a.Unmap()
+						switch {
+						case !a.Is4():
+						case p.c.Network.Cluster.CIDR.Contains(a):
+							// The cluster address first: it is the node's address.
+							v.addresses = append([]netip.Addr{a}, v.addresses...)
+						case !a.IsLoopback():
+							v.addresses = append(v.addresses, a)
+						}
+					}
+				}
+			}
+		} else {
+			p.log.Debug("guest agent not answering yet", "vm", v.name, "error", err)
+		}
+	}
+	return nil
+}
+
+func (p *Provider) observeISOs(ctx context.Context, inv *inventory) error {
+	px := p.c.Proxmox
+	for _, node := range inv.nodes {
+		list, err := p.api.GetItemListInterfaceArray(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content?content=iso", node, px.ISOStorage))
+		if err != nil {
+			// A storage that is not on this node holds no ISO here.
+			p.log.Debug("listing ISOs", "node", node, "storage", px.ISOStorage, "error", err)
+			continue
+		}
+		for _, item := range list {
+			m, _ := item.(map[string]any)
+			inv.isos[node+"/"+str(m["volid"])] = true
+		}
+	}
+	return nil
+}
+
+func str(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+func num(v any) int {
+	n, _ := strconv.Atoi(str(v))
+	return n
+}
+
+func splitTags(s string) []string {
+	var out []string
+	for _, t := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
+		out = append(out, t)
+	}
+	return out
+}
+
+// propOf returns one key of a Proxmox property string (k=v,k=v).
+func propOf(s, key string) string {
+	for _, part := range strings.Split(s, ",") {
+		if k, v, ok := strings.Cut(part, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// diskOf reads the storage and size in GB of a disk property string such
+// as "local-lvm:vm-100-disk-0,size=40G".
+func diskOf(s string) (string, int) {
+	if s == "" {
+		return "", 0
+	}
+	storage, _, _ := strings.Cut(strings.Split(s, ",")[0], ":")
+	size := propOf(s, "size")
+	switch {
+	case strings.HasSuffix(size, "G"):
+		n, _ := strconv.Atoi(strings.TrimSuffix(size, "G"))
+		return storage, n
+	case strings.HasSuffix(size, "T"):
+		n, _ := strconv.Atoi(strings.TrimSuffix(size, "T"))
+		return storage, n * 1024
+	case strings.HasSuffix(size, "M"):
+		n, _ := strconv.Atoi(strings.TrimSuffix(size, "M"))
+		return storage, n / 1024
+	}
+	return storage, 0
+}
