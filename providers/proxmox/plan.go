@@ -222,8 +222,8 @@ func (p *Provider) planCompute(want *reconcile.Desired, inv *inventory) ([]plan.
 		v, exists := inv.owned[m.Hostname]
 		if !exists {
 			out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionCreate,
-				Resource: plan.Resource{Kind: plan.KindCIData, Name: m.Hostname},
-				Reason:   "config ISO the VM reads its machine config from on first boot",
+				Resource:   plan.Resource{Kind: plan.KindCIData, Name: m.Hostname},
+				Reason:     "config ISO the VM reads its machine config from on first boot",
 				Attributes: []plan.Attribute{{Key: "node", Value: place[m.Hostname]}, {Key: "storage", Value: px.CIDataStorage}}})
 			out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionCreate,
 				Resource: plan.Resource{Kind: plan.KindMachine, Name: m.Hostname},
