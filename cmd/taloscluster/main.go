@@ -90,6 +90,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newInit(),
 		newConfig(),
 		newPlan(),
+		newConverge(),
+		newStatus(),
 	)
 	return root
 }

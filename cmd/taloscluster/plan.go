@@ -18,9 +18,10 @@ func newPlan() *cobra.Command {
 		output  string
 	)
 	cmd := &cobra.Command{
-		Use:   "plan [-C DIR] --offline [-o text|json|markdown]",
+		Use:   "plan [-C DIR] [--offline] [-o text|json|markdown]",
 		Short: "Show what converge would change",
-		Long: "Plan shows every change converge would make, and changes nothing.\n\n" +
+		Long: "Plan shows every change converge would make, and changes nothing: it only\n" +
+			"reads from the provider and the cluster.\n\n" +
 			"With --offline it asks no provider and plans the first build of a cluster\n" +
 			"that does not exist yet, from cluster.yaml alone.",
 		Args: argsUsage(cobra.NoArgs),
@@ -34,7 +35,11 @@ func newPlan() *cobra.Command {
 				return err
 			}
 			if !offline {
-				return &exitError{code: 1, msg: "planning against a live provider is not implemented yet; use --offline to plan the first build from cluster.yaml alone"}
+				e, err := engineFor(cmd, dir, c, warnings)
+				if err != nil {
+					return err
+				}
+				return printPlan(cmd, e, output)
 			}
 			p, err := reconcile.FirstBuild(c, warnings)
 			if err != nil {

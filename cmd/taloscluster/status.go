@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/kube"
+	"github.com/taloscluster/taloscluster/reconcile/talos"
+)
+
+// clusterStatus is what status reports; its YAML and JSON forms are
+// stable.
+type clusterStatus struct {
+	Cluster   string          `json:"cluster" yaml:"cluster"`
+	Provider  string          `json:"provider" yaml:"provider"`
+	Endpoints statusEndpoints `json:"endpoints" yaml:"endpoints"`
+	Machines  []statusMachine `json:"machines" yaml:"machines"`
+	Nodes     []statusNode    `json:"nodes" yaml:"nodes"`
+	// Problems are what could not be read; the rest is still reported.
+	Problems []string `json:"problems" yaml:"problems"`
+}
+
+type statusEndpoints struct {
+	KubernetesAPI string   `json:"kubernetes_api" yaml:"kubernetes_api"`
+	Talos         []string `json:"talos" yaml:"talos"`
+}
+
+type statusMachine struct {
+	Name      string   `json:"name" yaml:"name"`
+	Role      string   `json:"role" yaml:"role"`
+	Running   bool     `json:"running" yaml:"running"`
+	Addresses []string `json:"addresses" yaml:"addresses"`
+}
+
+type statusNode struct {
+	Name       string `json:"name" yaml:"name"`
+	Ready      bool   `json:"ready" yaml:"ready"`
+	Cordoned   bool   `json:"cordoned" yaml:"cordoned"`
+	Kubernetes string `json:"kubernetes" yaml:"kubernetes"`
+	Talos      string `json:"talos" yaml:"talos"`
+}
+
+func newStatus() *cobra.Command {
+	var dir, output string
+	cmd := &cobra.Command{
+		Use:   "status [-C DIR] [-o text|yaml|json]",
+		Short: "Show provider resources, endpoints and nodes",
+		Args:  argsUsage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "text" && output != "yaml" && output != "json" {
+				return &usageError{fmt.Errorf("unknown output format %q: use text, yaml or json", output)}
+			}
+			c, err := loadCluster(dir, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			e, err := engineFor(cmd, dir, c, nil)
+			if err != nil {
+				return err
+			}
+			st := gatherStatus(cmd.Context(), e, dir)
+			out := cmd.OutOrStdout()
+			switch output {
+			case "yaml":
+				return yaml.NewEncoder(out).Encode(st)
+			case "json":
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			printStatus(cmd, st)
+			return nil
+		},
+	}
+	dirFlag(cmd, &dir)
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, yaml or json")
+	return cmd
+}
+
+// gatherStatus reads what it can; each part that fails is a problem, not
+// the end of the report.
+func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterStatus {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	st := clusterStatus{Cluster: e.Cluster.Name, Provider: string(e.Cluster.Provider), Machines: []statusMachine{}, Nodes: []statusNode{}, Problems: []string{}}
+	st.Endpoints.KubernetesAPI, _ = reconcile.Endpoint(e.Cluster)
+	inv, err := e.Infra.Observe(ctx)
+	if err != nil {
+		st.Problems = append(st.Problems, err.Error())
+	} else {
+		for _, m := range inv.Machines() {
+			sm := statusMachine{Name: m.Hostname, Role: string(m.Role), Running: m.Running, Addresses: []string{}}
+			for _, a := range m.Addresses {
+				sm.Addresses = append(sm.Addresses, a.String())
+			}
+			st.Machines = append(st.Machines, sm)
+			if m.Role == "controlplane" && len(m.Addresses) > 0 {
+				st.Endpoints.Talos = append(st.Endpoints.Talos, m.Addresses[0].String())
+			}
+		}
+	}
+	versions := map[string]string{}
+	if tcData, err := os.ReadFile(filepath.Join(dir, reconcile.TalosconfigFile)); err == nil {
+		if tc, err := talos.New(ctx, tcData); err == nil {
+			for _, m := range st.Machines {
+				if len(m.Addresses) > 0 {
+					if v, err := tc.Version(ctx, m.Addresses[0]); err == nil {
+						versions[m.Name] = v
+					}
+				}
+			}
+			tc.Close()
+		}
+	}
+	kcData, err := os.ReadFile(filepath.Join(dir, reconcile.KubeconfigFile))
+	if err != nil {
+		st.Problems = append(st.Problems, "no kubeconfig: the cluster has not been bootstrapped by converge yet")
+		return st
+	}
+	kc, err := kube.New(kcData)
+	if err != nil {
+		st.Problems = append(st.Problems, err.Error())
+		return st
+	}
+	nodes, err := kc.Nodes(ctx)
+	if err != nil {
+		st.Problems = append(st.Problems, err.Error())
+		return st
+	}
+	for _, n := range nodes {
+		st.Nodes = append(st.Nodes, statusNode{Name: n.Name, Ready: n.Ready, Cordoned: n.Unschedulable, Kubernetes: n.KubeletVersion, Talos: versions[n.Name]})
+	}
+	return st
+}
+
+func printStatus(cmd *cobra.Command, st clusterStatus) {
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "Cluster %s (%s)\n", st.Cluster, st.Provider)
+	fmt.Fprintf(out, "  Kubernetes API: %s\n", st.Endpoints.KubernetesAPI)
+	fmt.Fprintf(out, "  Talos API:      %s\n\n", strings.Join(st.Endpoints.Talos, ", "))
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "MACHINE\tROLE\tPOWER\tADDRESS")
+	for _, m := range st.Machines {
+		power := "stopped"
+		if m.Running {
+			power = "running"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Name, m.Role, power, strings.Join(m.Addresses, ","))
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATUS\tKUBERNETES\tTALOS")
+	for _, n := range st.Nodes {
+		status := "NotReady"
+		if n.Ready {
+			status = "Ready"
+		}
+		if n.Cordoned {
+			status += ",SchedulingDisabled"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Name, status, n.Kubernetes, n.Talos)
+	}
+	tw.Flush()
+	for _, p := range st.Problems {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", p)
+	}
+}

@@ -1,0 +1,182 @@
+// Command taloslab runs the simulated datacenter the demo and the
+// end-to-end tests use: a Proxmox VE API whose VMs boot into simulated
+// Talos nodes, an Image Factory, and a Kubernetes API per cluster, all on
+// loopback addresses.
+//
+//	taloslab up --dir DIR
+//
+// writes DIR/ca.pem, DIR/lab.env (shell exports of every endpoint and
+// credential) and DIR/examples/<name>/ cluster directories that point at
+// the lab, then serves until interrupted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/taloscluster/taloscluster/lab"
+	"github.com/taloscluster/taloscluster/reconcile/state"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "error: %s\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "up" {
+		fmt.Fprintln(stderr, "usage: taloslab up --dir DIR [flags]")
+		return errors.New("unknown command; the only command is up")
+	}
+	fs := flag.NewFlagSet("taloslab up", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "directory for ca.pem, lab.env and examples/ (required)")
+	boot := fs.Duration("boot-delay", 300*time.Millisecond, "time from VM start until the node's Talos API answers")
+	install := fs.Duration("install-delay", 700*time.Millisecond, "extra time of a first boot that installs Talos")
+	reboot := fs.Duration("reboot-delay", 500*time.Millisecond, "time a rebooting node is down")
+	ready := fs.Duration("ready-delay", 500*time.Millisecond, "time a registered Kubernetes node stays NotReady")
+	verbose := fs.Bool("v", false, "log every lab event to stderr")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return errors.New("--dir is required")
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	l, err := lab.Start(ctx, lab.Options{TaskDuration: -1, BootDelay: *boot, InstallDelay: *install, RebootDelay: *reboot, ReadyDelay: *ready, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listening for the control API: %w", err)
+	}
+	control := &http.Server{Handler: l.ControlHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = control.Serve(ln) }()
+	defer control.Close()
+	controlURL := "http://" + ln.Addr().String()
+
+	if err := writeLabFiles(*dir, l, controlURL); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.FactoryURL, controlURL)
+	fmt.Fprintf(stdout, "source %s for the endpoints; cluster directories are in %s\n", filepath.Join(*dir, "lab.env"), filepath.Join(*dir, "examples"))
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "taloslab is shutting down")
+	return nil
+}
+
+// writeLabFiles writes the CA, the example clusters and, last, lab.env, so
+// a script can wait for lab.env to know the lab is ready.
+func writeLabFiles(dir string, l *lab.Lab, controlURL string) error {
+	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	ca := filepath.Join(dir, "ca.pem")
+	if err := state.WriteFile(ca, l.CA.PEM(), 0o644); err != nil {
+		return err
+	}
+	for name, body := range examples(l) {
+		edir := filepath.Join(dir, "examples", name)
+		if err := os.MkdirAll(edir, 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", edir, err)
+		}
+		secrets := fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret)
+		for f, data := range map[string]string{"cluster.yaml": body, "secrets.yaml": secrets, "ca.pem": string(l.CA.PEM())} {
+			mode := os.FileMode(0o644)
+			if f == "secrets.yaml" {
+				mode = 0o600
+			}
+			if err := state.WriteFile(filepath.Join(edir, f), []byte(data), mode); err != nil {
+				return err
+			}
+		}
+	}
+	env := fmt.Sprintf(`# taloslab endpoints and credentials (loopback only)
+export PROXMOX_URL=%q
+export PROXMOX_TOKEN_ID=%q
+export PROXMOX_TOKEN_SECRET=%q
+export TALOSLAB_FACTORY_URL=%q
+export TALOSLAB_CONTROL_URL=%q
+export TALOSLAB_CA=%q
+export TALOSLAB_EXAMPLES=%q
+`, l.PVEURL, l.TokenID, l.TokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"))
+	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
+}
+
+// examples are cluster directories that converge against the lab.
+func examples(l *lab.Lab) map[string]string {
+	return map[string]string{
+		"proxmox": fmt.Sprintf(`# A three-control-plane cluster on the lab's simulated Proxmox cluster.
+include: [secrets.yaml]
+
+name: demo
+
+talos:
+  version: v1.13.8
+
+kubernetes:
+  version: v1.36.1
+
+controlplane:
+  count: 3
+  cores: 2
+  memory: 4
+  disk: 20
+
+workers:
+  worker:
+    count: 2
+    cores: 4
+    memory: 8
+    disk: 50
+
+proxmox:
+  url: %s
+  storage: local-lvm
+  iso_storage: local
+  nodes: [pve1, pve2, pve3]
+  tls_verify: ca.pem            # the lab's CA: TLS is verified
+  image_factory: %s
+  network:
+    cluster:
+      bridge: vmbr0
+
+network:
+  cluster:
+    cidr: 127.42.0.0/24         # the lab's vmbr0 network (loopback)
+    gateway: 127.42.0.1
+    kubeapi_vip: 127.42.0.5
+  dns: []
+  ntp: [pool.ntp.org]
+
+security:
+  kubernetes:
+    loopback: 127.0.0.0/8
+  talos:
+    loopback: 127.0.0.0/8
+`, l.PVEURL, l.FactoryURL),
+	}
+}

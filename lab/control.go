@@ -1,0 +1,272 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// ControlHandler serves the lab's control API under /lab/v1/:
+//
+//	GET  /lab/v1/world   the VMs, Talos nodes, etcd members and Kubernetes nodes
+//	GET  /lab/v1/log     the ordered operation log of every emulator
+//	POST /lab/v1/faults  inject a fault (JSON body, see Fault)
+//
+// It is plain JSON over HTTP on a loopback address.
+func (l *Lab) ControlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /lab/v1/world", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, l.World()) })
+	mux.HandleFunc("GET /lab/v1/log", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, l.Log()) })
+	mux.HandleFunc("POST /lab/v1/faults", func(w http.ResponseWriter, r *http.Request) {
+		var f Fault
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&f); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "reading the fault: " + err.Error()})
+			return
+		}
+		if err := l.Inject(f); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"injected": f.Kind})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": fmt.Sprintf("%s %s is not part of the lab control API", r.Method, r.URL.Path)})
+	})
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// WorldView is a snapshot of the lab.
+type WorldView struct {
+	VMs      []VMView      `json:"vms"`
+	Nodes    []NodeView    `json:"nodes"`
+	Clusters []ClusterView `json:"clusters"`
+}
+
+// VMView is one Proxmox VM.
+type VMView struct {
+	ID       int      `json:"id"`
+	Name     string   `json:"name"`
+	Node     string   `json:"node"`
+	Pool     string   `json:"pool"`
+	Running  bool     `json:"running"`
+	Tags     []string `json:"tags"`
+	Cores    int      `json:"cores"`
+	MemoryMB int      `json:"memory_mb"`
+	Firewall bool     `json:"firewall"`
+	Rules    int      `json:"firewall_rules"`
+}
+
+// NodeView is one simulated Talos node.
+type NodeView struct {
+	Addr     string `json:"addr"`
+	Hostname string `json:"hostname"`
+	Cluster  string `json:"cluster"`
+	Role     string `json:"role"`
+	Version  string `json:"version"`
+	Mode     string `json:"mode"`
+	Up       bool   `json:"up"`
+}
+
+// ClusterView is one cluster's etcd and Kubernetes state.
+type ClusterView struct {
+	Name         string         `json:"name"`
+	Bootstrapped bool           `json:"bootstrapped"`
+	EtcdMembers  []string       `json:"etcd_members"`
+	Kubernetes   string         `json:"kubernetes_version,omitempty"`
+	KubeAPI      string         `json:"kubernetes_api,omitempty"`
+	KubeNodes    []KubeNodeView `json:"kubernetes_nodes"`
+}
+
+// KubeNodeView is one Kubernetes node.
+type KubeNodeView struct {
+	Name    string `json:"name"`
+	Ready   bool   `json:"ready"`
+	Kubelet string `json:"kubelet"`
+}
+
+// World returns a snapshot of the lab.
+func (l *Lab) World() WorldView {
+	v := WorldView{VMs: []VMView{}, Nodes: []NodeView{}, Clusters: []ClusterView{}}
+	for _, vm := range l.PVE.VMs() {
+		v.VMs = append(v.VMs, VMView{ID: vm.ID, Name: vm.Name, Node: vm.Node, Pool: vm.Pool, Running: vm.Running, Tags: vm.Tags,
+			Cores: vm.Cores, MemoryMB: vm.MemoryMB, Firewall: vm.FirewallOptions["enable"] == "1", Rules: len(vm.FirewallRules)})
+	}
+	for _, n := range l.Talos.Nodes() {
+		v.Nodes = append(v.Nodes, NodeView{Addr: n.Addr.String(), Hostname: n.Hostname, Cluster: n.Cluster, Role: string(n.Role),
+			Version: n.Version, Mode: string(n.Mode), Up: n.Up})
+	}
+	for _, c := range l.Talos.Clusters() {
+		cv := ClusterView{Name: c.Name, Bootstrapped: c.Bootstrapped, EtcdMembers: []string{}, KubeNodes: []KubeNodeView{}}
+		for _, m := range c.Members {
+			cv.EtcdMembers = append(cv.EtcdMembers, m.Hostname)
+		}
+		if k, ok := l.Kube(c.Name); ok {
+			cv.Kubernetes, cv.KubeAPI = k.Version(), k.URL()
+			for _, n := range k.Nodes() {
+				ready := false
+				for _, cond := range n.Status.Conditions {
+					if cond.Type == "Ready" {
+						ready = cond.Status == "True"
+					}
+				}
+				cv.KubeNodes = append(cv.KubeNodes, KubeNodeView{Name: n.Name, Ready: ready, Kubelet: n.Status.NodeInfo.KubeletVersion})
+			}
+		}
+		v.Clusters = append(v.Clusters, cv)
+	}
+	return v
+}
+
+// LogEntry is one operation of any emulator.
+type LogEntry struct {
+	Time   time.Time `json:"time"`
+	Source string    `json:"source"` // proxmox, talos, kubernetes, factory or lab
+	Op     string    `json:"op"`
+	Target string    `json:"target,omitempty"`
+	Result string    `json:"result"`
+}
+
+// Log returns every emulator's operations in time order.
+func (l *Lab) Log() []LogEntry {
+	var out []LogEntry
+	for _, op := range l.PVE.Log() {
+		out = append(out, LogEntry{Time: op.Time, Source: "proxmox", Op: op.Name, Target: op.Method + " " + op.Path, Result: fmt.Sprint(op.Status)})
+	}
+	for _, op := range l.Talos.Log() {
+		res := "OK"
+		if op.Code != codes.OK {
+			res = op.Code.String() + ": " + op.Err
+		}
+		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Short(), Target: op.Node.String(), Result: res})
+	}
+	for _, op := range l.Factory.Log() {
+		out = append(out, LogEntry{Time: op.Time, Source: "factory", Op: op.Op, Target: op.Method + " " + op.Path, Result: fmt.Sprint(op.Status)})
+	}
+	l.mu.Lock()
+	names := make([]string, 0, len(l.kubes))
+	for n := range l.kubes {
+		names = append(names, n)
+	}
+	l.mu.Unlock()
+	for _, name := range names {
+		if k, ok := l.Kube(name); ok {
+			for _, op := range k.Log() {
+				out = append(out, LogEntry{Time: op.Time, Source: "kubernetes", Op: op.Key(), Target: name + " " + op.Name, Result: fmt.Sprint(op.Code)})
+			}
+		}
+	}
+	for _, e := range l.Events() {
+		out = append(out, LogEntry{Time: e.Time, Source: "lab", Op: e.What, Target: e.Subject, Result: e.Detail})
+	}
+	slices.SortStableFunc(out, func(a, b LogEntry) int { return a.Time.Compare(b.Time) })
+	return out
+}
+
+// Fault is a fault to inject through the control API.
+type Fault struct {
+	// Kind is one of: proxmox-fail (the next N calls of Op answer Status),
+	// proxmox-task-warnings (the next N tasks of Op end "WARNINGS: Warnings"),
+	// proxmox-latency (Op takes Millis longer), proxmox-hang (the next N
+	// calls of Op never answer), talos-never-boot (the node at Addr never
+	// comes up), talos-reset-fails (the next N resets of Addr fail),
+	// talos-fail (the next N calls of Op on Addr fail), kube-fail (the next
+	// N requests matching Op answer Status in cluster Cluster), kube-hang.
+	Kind     string `json:"kind"`
+	Op       string `json:"op,omitempty"`
+	N        int    `json:"n,omitempty"`
+	Status   int    `json:"status,omitempty"`
+	Warnings int    `json:"warnings,omitempty"`
+	Millis   int    `json:"millis,omitempty"`
+	Addr     string `json:"addr,omitempty"`
+	Cluster  string `json:"cluster,omitempty"`
+	Message  string `json:"message,omitempty"`
+}
+
+// Inject applies a fault.
+func (l *Lab) Inject(f Fault) error {
+	if f.N <= 0 {
+		f.N = 1
+	}
+	addr := func() (netip.Addr, error) {
+		a, err := netip.ParseAddr(f.Addr)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("fault %s needs addr, a node address", f.Kind)
+		}
+		return a, nil
+	}
+	switch f.Kind {
+	case "proxmox-fail":
+		status := f.Status
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		msg := f.Message
+		if msg == "" {
+			msg = "injected failure"
+		}
+		l.PVE.Fail(f.Op, f.N, status, msg)
+	case "proxmox-task-warnings":
+		w := f.Warnings
+		if w == 0 {
+			w = 1
+		}
+		l.PVE.TaskWarnings(f.Op, f.N, w)
+	case "proxmox-latency":
+		l.PVE.SetLatency(f.Op, time.Duration(f.Millis)*time.Millisecond)
+	case "proxmox-hang":
+		l.PVE.Hang(f.Op, f.N)
+	case "talos-never-boot":
+		a, err := addr()
+		if err != nil {
+			return err
+		}
+		l.Talos.NeverBoot(a)
+	case "talos-reset-fails":
+		a, err := addr()
+		if err != nil {
+			return err
+		}
+		l.Talos.FailReset(a, f.N)
+	case "talos-fail":
+		a, err := addr()
+		if err != nil {
+			return err
+		}
+		l.Talos.FailCalls(a, f.Op, f.N, codes.Unavailable)
+	case "kube-fail", "kube-hang":
+		k, ok := l.Kube(f.Cluster)
+		if !ok {
+			return fmt.Errorf("fault %s: cluster %q has no Kubernetes API yet", f.Kind, f.Cluster)
+		}
+		if f.Kind == "kube-hang" {
+			k.Hang(f.Op, f.N)
+		} else {
+			status := f.Status
+			if status == 0 {
+				status = http.StatusInternalServerError
+			}
+			k.Fail(f.Op, f.N, status)
+		}
+	default:
+		return fmt.Errorf("unknown fault kind %q; kinds: %s", f.Kind, strings.Join(faultKinds, ", "))
+	}
+	l.event("fault", f.Kind, fmt.Sprintf("op=%s n=%d addr=%s", f.Op, f.N, f.Addr))
+	return nil
+}
+
+var faultKinds = []string{"proxmox-fail", "proxmox-task-warnings", "proxmox-latency", "proxmox-hang",
+	"talos-never-boot", "talos-reset-fails", "talos-fail", "kube-fail", "kube-hang"}
