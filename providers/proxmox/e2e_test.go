@@ -2,6 +2,7 @@ package proxmox_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -182,5 +183,118 @@ func TestFirstBuildThenIdempotent(t *testing.T) {
 			calls = append(calls, op.Method+" "+op.Path)
 		}
 		t.Errorf("second converge made %d mutating Proxmox calls: %v", n, calls)
+	}
+}
+
+func countOps(w *world, name string) int {
+	n := 0
+	for _, op := range w.lab.PVE.Log() {
+		if op.Name == name && op.Status < 300 {
+			n++
+		}
+	}
+	return n
+}
+
+func TestFirstBuildRequestLog(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "logged", 2)
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for op, want := range map[string]int{
+		"pool.create":          1,
+		"qemu.create":          5,
+		"qemu.start":           5,
+		"storage.upload":       3 + 5, // the boot ISO on each node, one config ISO per VM
+		"firewall.options.set": 5,
+	} {
+		if got := countOps(w, op); got != want {
+			t.Errorf("%s: %d successful calls, want %d", op, got, want)
+		}
+	}
+	if got := countOps(w, "firewall.rules.create"); got < 5*4 {
+		t.Errorf("firewall.rules.create: %d calls, want at least 4 per VM", got)
+	}
+}
+
+func TestMissingIdentityWithMachinesAborts(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "guard", 1)
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(w.dir, "talossecrets.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	before := w.mutations()
+	err := w.engine(t).Converge(t.Context())
+	if !errors.Is(err, reconcile.ErrRefused) || !strings.Contains(err.Error(), "restore") {
+		t.Fatalf("converge without the identity: %v; want a refusal saying to restore from backup", err)
+	}
+	if n := w.mutations() - before; n != 0 {
+		t.Fatalf("the refused converge made %d mutating calls", n)
+	}
+	if _, err := os.Stat(filepath.Join(w.dir, "talossecrets.yaml")); err == nil {
+		t.Fatal("a new talossecrets.yaml was minted over a live cluster")
+	}
+	p, err := w.engine(t).Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Refusals) == 0 {
+		t.Fatal("plan does not show the refusal")
+	}
+}
+
+func TestTaskWarningsCountAsSuccess(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "warn", 1)
+	w.lab.PVE.TaskWarnings("qemu.create", 2, 2)
+	w.lab.PVE.TaskWarnings("storage.upload", 1, 2)
+	w.lab.PVE.TaskWarnings("qemu.start", 1, 2)
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatalf("converge with WARNINGS: 2 tasks: %v", err)
+	}
+	if got := len(w.lab.PVE.VMs()); got != 4 {
+		t.Fatalf("%d VMs, want 4", got)
+	}
+}
+
+func TestCreateFailureThenRetryMakesNoDuplicate(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "retry", 1)
+	w.lab.PVE.Fail("qemu.create", 1, http.StatusInternalServerError, "injected: storage is busy")
+	err := w.engine(t).Converge(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "creating VM retry-controlplane-01") || !strings.Contains(err.Error(), "storage is busy") {
+		t.Fatalf("converge with a failing create: %v; want a clear error naming the VM and the cause", err)
+	}
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatalf("second converge: %v", err)
+	}
+	names := map[string]int{}
+	for _, v := range w.lab.PVE.VMs() {
+		names[v.Name]++
+	}
+	if len(names) != 4 {
+		t.Fatalf("VMs %v, want exactly the 4 machines", names)
+	}
+	for n, c := range names {
+		if c != 1 {
+			t.Errorf("%s exists %d times", n, c)
+		}
+	}
+}
+
+func TestSecretsNeverInErrors(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "secret", 0)
+	w.lab.PVE.Fail("qemu.create", 1, http.StatusInternalServerError, "boom")
+	err := w.engine(t).Converge(t.Context())
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if strings.Contains(err.Error(), w.lab.TokenSecret) {
+		t.Fatal("the Proxmox token secret appears in an error")
 	}
 }
