@@ -90,16 +90,7 @@ func (p *Provider) ensurePool(ctx context.Context) error {
 	defer cancel()
 	comment := p.poolComment()
 	pool := proxmox.ConfigPool{Name: proxmox.PoolName(p.poolName()), Comment: &comment}
-	exists, err := pool.Exists(ctx, p.api)
-	if err != nil {
-		return fmt.Errorf("checking pool %s: %w", p.poolName(), err)
-	}
-	if exists {
-		err = pool.Update(ctx, p.api)
-	} else {
-		err = pool.Create(ctx, p.api)
-	}
-	if err != nil {
+	if err := p.api.New().Pool.Set(ctx, pool); err != nil {
 		return fmt.Errorf("writing pool %s: %w", p.poolName(), err)
 	}
 	return nil

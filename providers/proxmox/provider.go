@@ -142,7 +142,6 @@ type inventory struct {
 	owned           map[string]*vm // by hostname
 	foreign         map[string]int // VMs with a desired name that are not ours: name -> vmid
 	isos            map[string]bool
-	sharedISO       bool
 }
 
 func (inv *inventory) Machines() []reconcile.Machine {
@@ -190,12 +189,12 @@ func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
 		return nil, fmt.Errorf("reading the datacenter firewall options: %w", err)
 	}
 	inv.clusterFirewall = str(fw["enable"]) == "1"
-	pools, err := proxmox.ListPoolsWithComments(ctx, p.api)
+	pools, err := p.api.New().Pool.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing Proxmox pools: %w", err)
 	}
-	if comment, ok := pools[proxmox.PoolName(p.poolName())]; ok {
-		inv.poolExists, inv.poolComment = true, comment
+	if pool, ok := pools.AsMap()[proxmox.PoolName(p.poolName())]; ok {
+		inv.poolExists, inv.poolComment = true, pool.GetComment()
 	}
 	if err := p.observeVMs(ctx, inv); err != nil {
 		return nil, err
@@ -328,11 +327,7 @@ func num(v any) int {
 }
 
 func splitTags(s string) []string {
-	var out []string
-	for _, t := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' || r == ' ' }) {
-		out = append(out, t)
-	}
-	return out
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ',' || r == ' ' })
 }
 
 // propOf returns one key of a Proxmox property string (k=v,k=v).
