@@ -17,6 +17,7 @@ import (
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
+	"github.com/taloscluster/taloscluster/reconcile/talos"
 )
 
 // netSeq hands each test its own loopback networks, so tests run in
@@ -164,6 +165,23 @@ func TestFirstBuildThenIdempotent(t *testing.T) {
 	members := w.lab.Talos.EtcdMembers("alpha")
 	if len(members) != 3 {
 		t.Errorf("%d etcd members, want 3", len(members))
+	}
+	// Bootstrapping again is refused by Talos and taken as success.
+	tcData, err := os.ReadFile(filepath.Join(w.dir, "talosconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := talos.New(ctx, tcData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	first := w.lab.Talos.Nodes()[0].Addr.String() // leases start at .100: cp-01
+	if err := tc.Bootstrap(ctx, first); err != nil {
+		t.Errorf("a second bootstrap is not taken as success: %v", err)
+	}
+	if ms, err := tc.EtcdMembers(ctx, first); err != nil || len(ms) != 3 {
+		t.Errorf("etcd members through the Talos API: %v, %v", ms, err)
 	}
 
 	before := w.mutations()
