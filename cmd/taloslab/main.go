@@ -98,21 +98,8 @@ func writeLabFiles(dir string, l *lab.Lab, controlURL string) error {
 	if err := state.WriteFile(ca, l.CA.PEM(), 0o644); err != nil {
 		return err
 	}
-	for name, body := range examples(l) {
-		edir := filepath.Join(dir, "examples", name)
-		if err := os.MkdirAll(edir, 0o755); err != nil {
-			return fmt.Errorf("creating %s: %w", edir, err)
-		}
-		secrets := fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret)
-		for f, data := range map[string]string{"cluster.yaml": body, "secrets.yaml": secrets, "ca.pem": string(l.CA.PEM())} {
-			mode := os.FileMode(0o644)
-			if f == "secrets.yaml" {
-				mode = 0o600
-			}
-			if err := state.WriteFile(filepath.Join(edir, f), []byte(data), mode); err != nil {
-				return err
-			}
-		}
+	if err := l.WriteCluster(filepath.Join(dir, "examples", "proxmox"), lab.Cluster{Name: "demo", Workers: 2, Bridge: "vmbr0"}); err != nil {
+		return err
 	}
 	env := fmt.Sprintf(`# taloslab endpoints and credentials (loopback only)
 export PROXMOX_URL=%q
@@ -124,59 +111,4 @@ export TALOSLAB_CA=%q
 export TALOSLAB_EXAMPLES=%q
 `, l.PVEURL, l.TokenID, l.TokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"))
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
-}
-
-// examples are cluster directories that converge against the lab.
-func examples(l *lab.Lab) map[string]string {
-	return map[string]string{
-		"proxmox": fmt.Sprintf(`# A three-control-plane cluster on the lab's simulated Proxmox cluster.
-include: [secrets.yaml]
-
-name: demo
-
-talos:
-  version: v1.13.8
-
-kubernetes:
-  version: v1.36.1
-
-controlplane:
-  count: 3
-  cores: 2
-  memory: 4
-  disk: 20
-
-workers:
-  worker:
-    count: 2
-    cores: 4
-    memory: 8
-    disk: 50
-
-proxmox:
-  url: %s
-  storage: local-lvm
-  iso_storage: local
-  nodes: [pve1, pve2, pve3]
-  tls_verify: ca.pem            # the lab's CA: TLS is verified
-  image_factory: %s
-  network:
-    cluster:
-      bridge: vmbr0
-
-network:
-  cluster:
-    cidr: 127.42.0.0/24         # the lab's vmbr0 network (loopback)
-    gateway: 127.42.0.1
-    kubeapi_vip: 127.42.0.5
-  dns: []
-  ntp: [pool.ntp.org]
-
-security:
-  kubernetes:
-    loopback: 127.0.0.0/8
-  talos:
-    loopback: 127.0.0.0/8
-`, l.PVEURL, l.FactoryURL),
-	}
 }

@@ -47,45 +47,8 @@ func newWorld(t *testing.T, name string, workers int) *world {
 	}
 	t.Cleanup(l.Close)
 	dir := t.TempDir()
-	vip := clusterNet.Addr().Next().Next().Next().Next().Next() // .5
-	cluster := fmt.Sprintf(`include: [secrets.yaml]
-name: %s
-talos:
-  version: v1.13.8
-kubernetes:
-  version: v1.36.1
-controlplane:
-  count: 3
-  cores: 2
-  memory: 4
-  disk: 20
-workers:
-  worker:
-    count: %d
-    cores: 2
-    memory: 4
-    disk: 20
-proxmox:
-  url: %s
-  storage: local-lvm
-  iso_storage: local
-  tls_verify: ca.pem
-  image_factory: %s
-  network:
-    cluster:
-      bridge: vmbr0
-network:
-  cluster:
-    cidr: %s
-    kubeapi_vip: %s
-  dns: []
-  ntp: [pool.ntp.org]
-`, name, workers, l.PVEURL, l.FactoryURL, clusterNet, vip)
-	secrets := fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret)
-	for f, body := range map[string]string{"cluster.yaml": cluster, "secrets.yaml": secrets, "ca.pem": string(l.CA.PEM())} {
-		if err := os.WriteFile(filepath.Join(dir, f), []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := l.WriteCluster(dir, lab.Cluster{Name: name, Workers: workers, Bridge: "vmbr0"}); err != nil {
+		t.Fatal(err)
 	}
 	return &world{lab: l, dir: dir, net: clusterNet, name: name}
 }
