@@ -12,16 +12,27 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// ControlHandler serves the lab's control API under /lab/v1/:
-//
-//	GET  /lab/v1/world   the VMs, Talos nodes, etcd members and Kubernetes nodes
-//	GET  /lab/v1/log     the ordered operation log of every emulator
-//	POST /lab/v1/faults  inject a fault (JSON body, see Fault)
-//
-// It is plain JSON over HTTP on a loopback address.
+// controlEndpoints documents the control API; GET /lab/v1/ lists it.
+var controlEndpoints = map[string]string{
+	"GET /lab/v1/world":    "everything below in one answer",
+	"GET /lab/v1/vms":      "the Proxmox VMs: id, name, node, pool, power, tags, size, firewall",
+	"GET /lab/v1/nodes":    "the simulated Talos nodes: address, hostname, cluster, role, version, mode",
+	"GET /lab/v1/clusters": "each cluster: bootstrapped, etcd members, Kubernetes version, API and nodes",
+	"GET /lab/v1/log":      "the ordered operation log of every emulator",
+	"POST /lab/v1/faults":  "inject a fault: JSON {kind, op, n, status, warnings, millis, addr, cluster}",
+}
+
+// ControlHandler serves the lab's control API under /lab/v1/ (see
+// controlEndpoints). It is plain JSON over HTTP on a loopback address.
 func (l *Lab) ControlHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /lab/v1/{$}", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"endpoints": controlEndpoints, "fault_kinds": faultKinds})
+	})
 	mux.HandleFunc("GET /lab/v1/world", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, l.World()) })
+	mux.HandleFunc("GET /lab/v1/vms", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, l.World().VMs) })
+	mux.HandleFunc("GET /lab/v1/nodes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, l.World().Nodes) })
+	mux.HandleFunc("GET /lab/v1/clusters", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, l.World().Clusters) })
 	mux.HandleFunc("GET /lab/v1/log", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, l.Log()) })
 	mux.HandleFunc("POST /lab/v1/faults", func(w http.ResponseWriter, r *http.Request) {
 		var f Fault
