@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -40,7 +41,16 @@ type Options struct {
 // Load reads and validates the cluster directory dir. It returns the cluster
 // and its warnings, or an *Error holding every problem found.
 func Load(dir string, opts Options) (*Cluster, []Problem, error) {
-	l := &loader{dir: dir, opts: opts}
+	return LoadFS(os.DirFS(dir), dir, opts)
+}
+
+// LoadFS reads and validates a cluster directory given as a file system
+// whose root is the directory (a directory on disk, or a cluster directory
+// in a commit's tree). dir names it in messages. Symbolic links are
+// followed only when fsys can read them (fs.ReadLinkFS) and only inside the
+// directory.
+func LoadFS(fsys fs.FS, dir string, opts Options) (*Cluster, []Problem, error) {
+	l := &loader{fsys: fsys, dir: dir, opts: opts}
 	tree := l.read()
 	if tree == nil {
 		return nil, l.warns, l.fail()
@@ -58,6 +68,7 @@ func Load(dir string, opts Options) (*Cluster, []Problem, error) {
 
 // loader collects the problems of one Load call.
 type loader struct {
+	fsys  fs.FS
 	dir   string
 	opts  Options
 	files []string
@@ -90,8 +101,7 @@ func (l *loader) warnAt(file string, line int, key, format string, args ...any) 
 // readFile parses one file of the cluster directory; it reports and returns
 // nil when the file cannot be read or is not a mapping.
 func (l *loader) readFile(name string) *node {
-	path := filepath.Join(l.dir, name)
-	f, err := os.Open(path)
+	f, err := l.fsys.Open(name)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			l.errorAt(name, 0, "", "missing %s in %s", name, l.dir)
@@ -188,10 +198,6 @@ func (l *loader) includes(root *node) []include {
 	list := root.get("include")
 	listed := map[string]string{} // resolved path -> entry as written
 	var out []include
-	realDir, err := filepath.EvalSymlinks(l.dir)
-	if err != nil {
-		realDir = l.dir
-	}
 	if !list.isNull() {
 		if list.kind != kindList {
 			l.errorAt(list.file, list.line, "include", "include must be a list of file names")
@@ -209,18 +215,8 @@ func (l *loader) includes(root *node) []include {
 			continue
 		}
 		entry := it.str
-		if filepath.IsAbs(entry) {
-			l.errorAt(it.file, it.line, key, "include '%s' must be a path inside the cluster directory", entry)
-			continue
-		}
-		clean := filepath.Clean(entry)
-		full := filepath.Join(l.dir, clean)
-		resolved, rerr := filepath.EvalSymlinks(full)
-		if rerr != nil {
-			resolved = filepath.Join(realDir, clean)
-		}
-		rel, relErr := filepath.Rel(realDir, resolved)
-		if relErr != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		rel, ok := l.resolve(entry)
+		if !ok {
 			l.errorAt(it.file, it.line, key, "include '%s' must be a path inside the cluster directory", entry)
 			continue
 		}
@@ -233,7 +229,7 @@ func (l *loader) includes(root *node) []include {
 			continue
 		}
 		listed[rel] = entry
-		st, serr := os.Stat(full)
+		st, serr := fs.Stat(l.fsys, rel)
 		switch {
 		case serr != nil && errors.Is(serr, fs.ErrNotExist):
 			if l.opts.TolerateMissingIncludes {
@@ -249,11 +245,11 @@ func (l *loader) includes(root *node) []include {
 			l.errorAt(it.file, it.line, key, "include %s is not a file", entry)
 			continue
 		}
-		l.files = append(l.files, clean)
-		out = append(out, include{entry: entry, tree: l.readFile(clean)})
+		l.files = append(l.files, rel)
+		out = append(out, include{entry: entry, tree: l.readFile(rel)})
 	}
 	if _, ok := listed[SecretsFile]; !ok {
-		if st, err := os.Stat(filepath.Join(l.dir, SecretsFile)); err == nil && st.Mode().IsRegular() {
+		if st, err := fs.Stat(l.fsys, SecretsFile); err == nil && st.Mode().IsRegular() {
 			line := 0
 			if list != nil {
 				line = list.line
@@ -263,6 +259,46 @@ func (l *loader) includes(root *node) []include {
 	}
 	root.remove("include")
 	return out
+}
+
+// resolve turns an include entry into a clean slash path inside the
+// directory, following symbolic links where the file system can read them.
+// It reports false for a path that is absolute or leads outside.
+func (l *loader) resolve(entry string) (string, bool) {
+	if filepath.IsAbs(entry) || path.IsAbs(filepath.ToSlash(entry)) {
+		return "", false
+	}
+	p := path.Clean(filepath.ToSlash(entry))
+	links, _ := l.fsys.(fs.ReadLinkFS)
+	for hops := 0; ; hops++ {
+		if p == ".." || strings.HasPrefix(p, "../") || hops > 40 {
+			return "", false
+		}
+		if links == nil {
+			return p, true
+		}
+		// Find the first component that is a link and replace it by its
+		// target, until no component is a link.
+		parts := strings.Split(p, "/")
+		replaced := false
+		for i := range parts {
+			prefix := path.Join(parts[:i+1]...)
+			st, err := links.Lstat(prefix)
+			if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+				continue
+			}
+			target, err := links.ReadLink(prefix)
+			if err != nil || path.IsAbs(filepath.ToSlash(target)) || filepath.IsAbs(target) {
+				return "", false
+			}
+			p = path.Join(append([]string{path.Dir(prefix), filepath.ToSlash(target)}, parts[i+1:]...)...)
+			replaced = true
+			break
+		}
+		if !replaced {
+			return p, true
+		}
+	}
 }
 
 func emptyOr(n *node) string {
