@@ -1,0 +1,199 @@
+// Package agent is the GitOps loop: it polls the cluster repository, plans
+// every pull request that changes a cluster and reports the plan on the pull
+// request, converges every change merged to the default branch, and exports
+// what it does as metrics and a status page. It knows nothing of Proxmox or
+// Talos internals: it runs the engine through a Runner.
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is the agent's configuration, read from its config file only:
+// never from the repository it watches.
+type Config struct {
+	Repository Repository `yaml:"repository"`
+	GitHub     GitHub     `yaml:"github"`
+	// SecretsDir holds each cluster's credentials at
+	// <secrets_dir>/<cluster path>/secrets.yaml (a mounted Secret).
+	SecretsDir string `yaml:"secrets_dir"`
+	// DataDir holds the clone and, with the dir backend, the state.
+	DataDir string `yaml:"data_dir"`
+	State   State  `yaml:"state"`
+	// Concurrency bounds how many clusters converge at once.
+	Concurrency int `yaml:"concurrency"`
+	// DriftInterval is how often the default branch is planned again.
+	DriftInterval Duration `yaml:"drift_interval"`
+	// SelfHeal converges drift found by the drift check.
+	SelfHeal bool `yaml:"self_heal"`
+	// AllowedEndpoints are provider endpoints (URL prefixes) a pull request
+	// may point a cluster at besides the one on the default branch.
+	AllowedEndpoints []string `yaml:"allowed_endpoints"`
+	// Listen is the address of /metrics, /healthz, /readyz and the status
+	// page.
+	Listen string `yaml:"listen"`
+	// PublicURL is how people reach the status page; links to full plans
+	// start with it.
+	PublicURL string `yaml:"public_url"`
+}
+
+// Repository says where the cluster repository is and how to reach it.
+type Repository struct {
+	URL           string   `yaml:"url"`
+	DefaultBranch string   `yaml:"default_branch"`
+	PollInterval  Duration `yaml:"poll_interval"`
+	// ClusterRoots are the directories searched for cluster.yaml files;
+	// default: the whole repository.
+	ClusterRoots []string `yaml:"cluster_roots"`
+	// TokenFile holds an HTTPS token; SSHKeyFile and KnownHostsFile an
+	// SSH key. At most one of the two.
+	TokenFile      string `yaml:"token_file"`
+	SSHKeyFile     string `yaml:"ssh_key_file"`
+	KnownHostsFile string `yaml:"known_hosts_file"`
+	// CAFile is an extra CA bundle for HTTPS (GitHub Enterprise, the lab).
+	CAFile string `yaml:"ca_file"`
+}
+
+// GitHub says where pull requests, comments and statuses live.
+type GitHub struct {
+	APIURL    string `yaml:"api_url"`
+	Repo      string `yaml:"repo"`
+	TokenFile string `yaml:"token_file"`
+	// AllowedAuthors may have their pull requests planned; empty means
+	// authors with write permission on the repository.
+	AllowedAuthors []string `yaml:"allowed_authors"`
+	// MutationSpacing is the least time between two mutating requests.
+	MutationSpacing Duration `yaml:"mutation_spacing"`
+	CAFile          string   `yaml:"ca_file"`
+}
+
+// State selects where cluster state lives.
+type State struct {
+	Backend   string `yaml:"backend"` // dir or kubernetes
+	Namespace string `yaml:"namespace"`
+}
+
+// Duration is a time.Duration written like "30s" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML reads a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: a duration like 30s or 1h", n.Line)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v <= 0 {
+		return fmt.Errorf("line %d: %q is not a positive duration like 30s or 1h", n.Line, s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// D returns the duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Defaults of the agent configuration.
+const (
+	DefaultPollInterval    = 30 * time.Second
+	DefaultDriftInterval   = time.Hour
+	DefaultConcurrency     = 4
+	DefaultMutationSpacing = time.Second
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultGitHubAPI       = "https://api.github.com/"
+)
+
+// LoadConfig reads and checks an agent configuration file. Unknown keys are
+// refused, and every problem is reported at once.
+func LoadConfig(file string) (*Config, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	c.defaults()
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return &c, nil
+}
+
+func (c *Config) defaults() {
+	if c.Repository.PollInterval == 0 {
+		c.Repository.PollInterval = Duration(DefaultPollInterval)
+	}
+	if c.DriftInterval == 0 {
+		c.DriftInterval = Duration(DefaultDriftInterval)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.GitHub.MutationSpacing == 0 {
+		c.GitHub.MutationSpacing = Duration(DefaultMutationSpacing)
+	}
+	if c.GitHub.APIURL == "" {
+		c.GitHub.APIURL = DefaultGitHubAPI
+	}
+	if !strings.HasSuffix(c.GitHub.APIURL, "/") {
+		c.GitHub.APIURL += "/"
+	}
+	if c.State.Backend == "" {
+		c.State.Backend = "dir"
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	need := func(key, v string) {
+		if strings.TrimSpace(v) == "" {
+			errs = append(errs, fmt.Errorf("%s is required", key))
+		}
+	}
+	need("repository.url", c.Repository.URL)
+	need("github.repo", c.GitHub.Repo)
+	need("github.token_file", c.GitHub.TokenFile)
+	need("secrets_dir", c.SecretsDir)
+	need("data_dir", c.DataDir)
+	if c.GitHub.Repo != "" && strings.Count(c.GitHub.Repo, "/") != 1 {
+		errs = append(errs, errors.New("github.repo must be owner/name"))
+	}
+	if u, err := url.Parse(c.GitHub.APIURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") {
+		errs = append(errs, errors.New("github.api_url must be an http(s) URL"))
+	}
+	if c.Repository.TokenFile != "" && c.Repository.SSHKeyFile != "" {
+		errs = append(errs, errors.New("repository.token_file and repository.ssh_key_file cannot both be set"))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, errors.New("concurrency must be 1 or more"))
+	}
+	switch c.State.Backend {
+	case "dir":
+	case "kubernetes":
+		need("state.namespace", c.State.Namespace)
+	default:
+		errs = append(errs, fmt.Errorf("state.backend must be dir or kubernetes, not %q", c.State.Backend))
+	}
+	for i, r := range c.Repository.ClusterRoots {
+		if r == "" || path.IsAbs(r) || strings.HasPrefix(path.Clean(r), "..") {
+			errs = append(errs, fmt.Errorf("repository.cluster_roots[%d] must be a relative path inside the repository", i))
+		}
+	}
+	return errors.Join(errs...)
+}
