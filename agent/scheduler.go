@@ -117,7 +117,9 @@ func (s *Scheduler) start(j Job) {
 func (s *Scheduler) finish(j Job) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.running = slices.DeleteFunc(s.running, func(r Job) bool { return r.Kind == j.Kind && r.Cluster == j.Cluster && r.Commit == j.Commit && r.PR == j.PR })
+	s.running = slices.DeleteFunc(s.running, func(r Job) bool {
+		return r.Kind == j.Kind && r.Cluster == j.Cluster && r.Commit == j.Commit && r.PR == j.PR
+	})
 	if j.Kind == KindPlan {
 		return
 	}
