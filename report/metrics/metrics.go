@@ -1,0 +1,404 @@
+// Package metrics exports the agent's Prometheus metrics: runs by kind and
+// result, their durations, the last success and drift of every cluster,
+// Git fetches, GitHub API calls and the rate limit, the queue and the runs
+// in progress. Every name starts with taloscluster_.
+//
+// Label values come only from fixed sets or from the repository's cluster
+// paths, never from free text such as error messages, so nothing secret can
+// become a label and the number of series stays bounded. Kinds, results
+// and GitHub operations are typed values checked against their sets, an
+// HTTP code outside 100-599 is reported as "error", and a cluster path must
+// match [ClusterPathPattern] and, once [Metrics.SetClusters] has been
+// called, be one of the repository's cluster paths. Anything else is
+// reported under the fixed label value [InvalidLabel].
+//
+// A [Metrics] registers itself with the registerer it is given, never with
+// the global registry.
+package metrics
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Namespace is the prefix of every metric name.
+const Namespace = "taloscluster"
+
+// InvalidLabel is the label value that stands in for a value outside its
+// fixed set, such as a cluster path that is not a repository path.
+const InvalidLabel = "invalid"
+
+// maxClusterPath bounds the length of a cluster label value.
+const maxClusterPath = 128
+
+// ClusterPathPattern is what a cluster path must look like to become a
+// label value: slash-separated segments of letters, digits, dots, dashes
+// and underscores, none starting with a dot or a dash, at most 128
+// characters in all.
+const ClusterPathPattern = `^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$`
+
+var clusterPathRE = regexp.MustCompile(ClusterPathPattern)
+
+// Kind is the kind of a run.
+type Kind string
+
+// The kinds of run.
+const (
+	KindPlan     Kind = "plan"
+	KindConverge Kind = "converge"
+	KindDrift    Kind = "drift"
+	KindDestroy  Kind = "destroy"
+)
+
+// Kinds lists every kind of run.
+var Kinds = []Kind{KindPlan, KindConverge, KindDrift, KindDestroy}
+
+// Result is how a run ended.
+type Result string
+
+// The results of a run.
+const (
+	ResultSuccess   Result = "success"
+	ResultFailure   Result = "failure"
+	ResultRefused   Result = "refused"
+	ResultCancelled Result = "cancelled"
+)
+
+// Results lists every result of a run.
+var Results = []Result{ResultSuccess, ResultFailure, ResultRefused, ResultCancelled}
+
+// GitHubOp names a GitHub API call the agent makes.
+type GitHubOp string
+
+// The GitHub API calls the agent makes. OpOther is for a call not listed
+// here; a value outside this set is counted as OpOther too.
+const (
+	OpGetRepo            GitHubOp = "get_repo"
+	OpListPulls          GitHubOp = "list_pulls"
+	OpGetPull            GitHubOp = "get_pull"
+	OpListPullFiles      GitHubOp = "list_pull_files"
+	OpListPullsForCommit GitHubOp = "list_pulls_for_commit"
+	OpListComments       GitHubOp = "list_comments"
+	OpCreateComment      GitHubOp = "create_comment"
+	OpEditComment        GitHubOp = "edit_comment"
+	OpCreateStatus       GitHubOp = "create_status"
+	OpRateLimit          GitHubOp = "rate_limit"
+	OpOther              GitHubOp = "other"
+)
+
+// GitHubOps lists every GitHub operation label.
+var GitHubOps = []GitHubOp{
+	OpGetRepo, OpListPulls, OpGetPull, OpListPullFiles, OpListPullsForCommit,
+	OpListComments, OpCreateComment, OpEditComment, OpCreateStatus, OpRateLimit, OpOther,
+}
+
+// codeError is the code label of a GitHub request that got no HTTP answer.
+const codeError = "error"
+
+// DurationBuckets are the buckets of the run duration histogram, in
+// seconds: from one second to one hour.
+var DurationBuckets = []float64{1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600}
+
+// Option changes how [New] builds a Metrics.
+type Option func(*Metrics)
+
+// WithClock makes the Metrics read the time from now instead of
+// time.Now; the time of a run's success is taken from it.
+func WithClock(now func() time.Time) Option {
+	return func(m *Metrics) { m.now = now }
+}
+
+// Metrics holds the agent's metrics. It is a prometheus.Collector; its
+// methods are safe for concurrent use.
+type Metrics struct {
+	now func() time.Time
+
+	mu       sync.RWMutex
+	clusters map[string]bool   // nil until SetClusters
+	inFlight map[[2]string]int // runs in progress by cluster and kind label
+
+	runs          *prometheus.CounterVec
+	runDuration   *prometheus.HistogramVec
+	lastSuccess   *prometheus.GaugeVec
+	drift         *prometheus.GaugeVec
+	running       *prometheus.GaugeVec
+	lastFetch     prometheus.Gauge
+	fetches       *prometheus.CounterVec
+	githubCalls   *prometheus.CounterVec
+	rateRemaining prometheus.Gauge
+	queueDepth    prometheus.Gauge
+}
+
+var _ prometheus.Collector = (*Metrics)(nil)
+
+// New builds the agent's metrics and registers them with reg. A nil reg
+// leaves them unregistered; the Metrics is a collector that can be
+// registered later. Registering twice with one registerer is an error.
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	m := &Metrics{
+		now:      time.Now,
+		inFlight: make(map[[2]string]int),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "runs_total",
+			Help:      "Runs finished, by kind and result.",
+		}, []string{"kind", "result"}),
+		runDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace,
+			Name:      "run_duration_seconds",
+			Help:      "How long runs took, by kind.",
+			Buckets:   DurationBuckets,
+		}, []string{"kind"}),
+		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_last_success_timestamp_seconds",
+			Help:      "Unix time of the last successful run of a cluster, by kind.",
+		}, []string{"cluster", "kind"}),
+		drift: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_drift",
+			Help:      "1 when the last drift check found the cluster differs from the default branch, else 0.",
+		}, []string{"cluster"}),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_running",
+			Help:      "Runs of a cluster in progress, by kind.",
+		}, []string{"cluster", "kind"}),
+		lastFetch: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "git_last_fetch_timestamp_seconds",
+			Help:      "Unix time of the last successful fetch of the repository.",
+		}),
+		fetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "git_fetches_total",
+			Help:      "Fetches of the repository, by result.",
+		}, []string{"result"}),
+		githubCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "github_requests_total",
+			Help:      "GitHub API requests, by operation and HTTP status code (\"error\" when no answer came).",
+		}, []string{"op", "code"}),
+		rateRemaining: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "github_rate_limit_remaining",
+			Help:      "GitHub API requests left in the current rate-limit window, as last reported.",
+		}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "queue_depth",
+			Help:      "Jobs waiting to run.",
+		}),
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	// Series that exist from the start, so rates and alerts see zeroes
+	// rather than gaps.
+	for _, k := range Kinds {
+		for _, r := range Results {
+			m.runs.WithLabelValues(string(k), string(r))
+		}
+	}
+	for _, r := range []string{"success", "failure"} {
+		m.fetches.WithLabelValues(r)
+	}
+	if reg != nil {
+		if err := reg.Register(m); err != nil {
+			return nil, fmt.Errorf("registering the agent metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.runs, m.runDuration, m.lastSuccess, m.drift, m.running,
+		m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
+	}
+}
+
+// Describe sends the descriptions of every metric to ch.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect sends the current value of every metric to ch.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+// SetClusters sets the repository's cluster paths: from then on only these
+// paths become cluster labels, and the series of clusters no longer listed
+// are removed. Paths that do not match ClusterPathPattern are ignored.
+func (m *Metrics) SetClusters(paths []string) {
+	next := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		if wellFormed(p) {
+			next[p] = true
+		}
+	}
+	m.mu.Lock()
+	prev := m.clusters
+	m.clusters = next
+	m.mu.Unlock()
+	for p := range prev {
+		if !next[p] {
+			m.forget(p)
+		}
+	}
+}
+
+// forget removes every series labelled with cluster.
+func (m *Metrics) forget(cluster string) {
+	m.mu.Lock()
+	for key := range m.inFlight {
+		if key[0] == cluster {
+			delete(m.inFlight, key)
+		}
+	}
+	m.mu.Unlock()
+	l := prometheus.Labels{"cluster": cluster}
+	m.lastSuccess.DeletePartialMatch(l)
+	m.drift.DeletePartialMatch(l)
+	m.running.DeletePartialMatch(l)
+}
+
+// ClusterLabel returns the label value for a cluster path: the path itself
+// when it is well-formed and, once SetClusters has been called, one of the
+// repository's cluster paths; InvalidLabel otherwise.
+func (m *Metrics) ClusterLabel(path string) string {
+	if !wellFormed(path) {
+		return InvalidLabel
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.clusters != nil && !m.clusters[path] {
+		return InvalidLabel
+	}
+	return path
+}
+
+func wellFormed(path string) bool {
+	return len(path) <= maxClusterPath && clusterPathRE.MatchString(path)
+}
+
+func kindLabel(k Kind) string {
+	for _, known := range Kinds {
+		if k == known {
+			return string(k)
+		}
+	}
+	return InvalidLabel
+}
+
+func resultLabel(r Result) string {
+	for _, known := range Results {
+		if r == known {
+			return string(r)
+		}
+	}
+	return InvalidLabel
+}
+
+func opLabel(op GitHubOp) string {
+	for _, known := range GitHubOps {
+		if op == known {
+			return string(op)
+		}
+	}
+	return string(OpOther)
+}
+
+func codeLabel(code int) string {
+	if code < 100 || code > 599 {
+		return codeError
+	}
+	return strconv.Itoa(code)
+}
+
+// RunStarted records that a run of cluster began; it counts in
+// taloscluster_cluster_running until the matching RunFinished.
+func (m *Metrics) RunStarted(kind Kind, cluster string) {
+	m.addRunning(m.ClusterLabel(cluster), kindLabel(kind), 1)
+}
+
+// addRunning changes the count of runs in progress, never below zero.
+func (m *Metrics) addRunning(cluster, kind string, delta int) {
+	key := [2]string{cluster, kind}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := max(m.inFlight[key]+delta, 0)
+	if n == 0 {
+		delete(m.inFlight, key)
+	} else {
+		m.inFlight[key] = n
+	}
+	m.running.WithLabelValues(cluster, kind).Set(float64(n))
+}
+
+// RunFinished records the end of a run that RunStarted began: its result
+// and duration, and for a success the time of the cluster's last success.
+func (m *Metrics) RunFinished(kind Kind, cluster string, result Result, d time.Duration) {
+	k, c := kindLabel(kind), m.ClusterLabel(cluster)
+	m.addRunning(c, k, -1)
+	m.runs.WithLabelValues(k, resultLabel(result)).Inc()
+	m.runDuration.WithLabelValues(k).Observe(d.Seconds())
+	if result == ResultSuccess {
+		m.lastSuccess.WithLabelValues(c, k).Set(unixSeconds(m.now()))
+	}
+}
+
+// Drift records the outcome of a drift check of cluster.
+func (m *Metrics) Drift(cluster string, drifted bool) {
+	v := 0.0
+	if drifted {
+		v = 1
+	}
+	m.drift.WithLabelValues(m.ClusterLabel(cluster)).Set(v)
+}
+
+// Fetched records a fetch of the repository that ended at at; a
+// successful one also sets the time of the last fetch.
+func (m *Metrics) Fetched(ok bool, at time.Time) {
+	if !ok {
+		m.fetches.WithLabelValues("failure").Inc()
+		return
+	}
+	m.fetches.WithLabelValues("success").Inc()
+	m.lastFetch.Set(unixSeconds(at))
+}
+
+// GitHubRequest counts a GitHub API request and the HTTP status code of its
+// answer; code 0 (or any value outside 100-599) means no answer came.
+func (m *Metrics) GitHubRequest(op GitHubOp, code int) {
+	m.githubCalls.WithLabelValues(opLabel(op), codeLabel(code)).Inc()
+}
+
+// RateLimitRemaining records the requests left in GitHub's rate-limit
+// window, as reported by its last answer.
+func (m *Metrics) RateLimitRemaining(n int) {
+	m.rateRemaining.Set(float64(n))
+}
+
+// QueueDepth records the number of jobs waiting to run.
+func (m *Metrics) QueueDepth(n int) {
+	m.queueDepth.Set(float64(n))
+}
+
+// unixSeconds is t as fractional Unix seconds; the zero time is 0.
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
+}
