@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -23,7 +24,7 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 			}
 			return nil, &exitError{code: 1}
 		}
-		p, err := proxmox.New(c, dir, slog.New(slog.DiscardHandler))
+		p, err := proxmox.New(c, os.DirFS(dir), slog.New(slog.DiscardHandler))
 		if err != nil {
 			return nil, err
 		}

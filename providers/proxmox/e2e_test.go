@@ -59,7 +59,7 @@ func (w *world) engine(t *testing.T) *reconcile.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxmox.New(c, w.dir, nil)
+	p, err := proxmox.New(c, os.DirFS(w.dir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

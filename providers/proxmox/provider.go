@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -36,9 +37,10 @@ type Provider struct {
 
 var _ reconcile.Infra = (*Provider)(nil)
 
-// New connects to the Proxmox API of cluster c. dir is the cluster
-// directory a tls_verify CA path is relative to.
-func New(c *spec.Cluster, dir string, log *slog.Logger) (*Provider, error) {
+// New connects to the Proxmox API of cluster c. files is the cluster
+// directory (on disk or in a commit's tree): a relative tls_verify CA path
+// is read from it.
+func New(c *spec.Cluster, files fs.FS, log *slog.Logger) (*Provider, error) {
 	if c.Proxmox == nil {
 		return nil, fmt.Errorf("cluster %s has no proxmox section", c.Name)
 	}
@@ -46,7 +48,7 @@ func New(c *spec.Cluster, dir string, log *slog.Logger) (*Provider, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	px := c.Proxmox
-	tlsCfg, err := tlsConfig(px.TLSVerify, dir)
+	tlsCfg, err := tlsConfig(px.TLSVerify, files)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +72,7 @@ func New(c *spec.Cluster, dir string, log *slog.Logger) (*Provider, error) {
 
 // tlsConfig turns proxmox.tls_verify into a TLS config: system roots, plus
 // a CA bundle when a path is given; verification off only when false.
-func tlsConfig(v spec.TLSVerify, dir string) (*tls.Config, error) {
+func tlsConfig(v spec.TLSVerify, files fs.FS) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if !v.Verify {
 		cfg.InsecureSkipVerify = true //nolint:gosec // the user set proxmox.tls_verify: false
@@ -79,11 +81,13 @@ func tlsConfig(v spec.TLSVerify, dir string) (*tls.Config, error) {
 	if v.CAFile == "" {
 		return cfg, nil
 	}
-	path := v.CAFile
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(dir, path)
+	var pem []byte
+	var err error
+	if filepath.IsAbs(v.CAFile) {
+		pem, err = os.ReadFile(v.CAFile)
+	} else {
+		pem, err = fs.ReadFile(files, filepath.ToSlash(filepath.Clean(v.CAFile)))
 	}
-	pem, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("reading the CA bundle of proxmox.tls_verify: %w", err)
 	}
