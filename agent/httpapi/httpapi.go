@@ -1,0 +1,277 @@
+// Package httpapi is the agent's HTTP surface: Prometheus metrics, the
+// liveness and readiness probes, a small read-only status page and the
+// full text of the plans the agent has posted.
+//
+// Every endpoint is read-only: GET and HEAD are served, any other method
+// gets 405 Method Not Allowed. Everything shown on a page comes from the
+// repository or from pull requests, so it is treated as untrusted and
+// escaped by html/template; responses carry headers that forbid scripts,
+// framing and content sniffing.
+//
+// Routes:
+//
+//	/metrics      the Prometheus exposition of Options.Metrics
+//	/healthz      200 "ok" while the process serves requests
+//	/readyz       200 "ok" when Options.Ready returns nil, else 503 and the
+//	              first line of the reason
+//	/             the status page built from Options.Status
+//	/plans/{id}   a plan stored by the agent, as HTML (the text inside
+//	              <pre>) or, with ?format=text, as text/plain
+package httpapi
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Options configures the handler New returns. Every field may be left
+// empty: without Metrics /metrics is 404, without Ready the agent is always
+// ready, without Status the page is empty and without Plan every plan is
+// 404.
+type Options struct {
+	// Metrics is gathered for every request to /metrics.
+	Metrics prometheus.Gatherer
+	// Ready reports why the agent cannot do its work yet (repository not
+	// cloned, last fetch older than three intervals, GitHub unreachable),
+	// or nil when it can. It is called for every request to /readyz and
+	// must return quickly.
+	Ready func() error
+	// Status returns what the status page shows. It is called for every
+	// request to / and must return quickly.
+	Status func() StatusPage
+	// Plan returns the full text (Markdown) of the plan with the given id,
+	// and whether there is one.
+	Plan func(id string) (markdown string, ok bool)
+	// Logger receives errors while serving; nil discards them.
+	Logger *slog.Logger
+}
+
+// StatusPage is what the status page shows.
+type StatusPage struct {
+	// Repository names the repository the agent follows, for people (for
+	// example "org/infra"); it must not hold credentials.
+	Repository string
+	// Branch is the default branch.
+	Branch string
+	// LastFetch is when the repository was last fetched successfully; the
+	// zero time means never.
+	LastFetch time.Time
+	// Clusters are the repository's clusters, in the order to show them.
+	Clusters []ClusterStatus
+	// Queue lists the jobs waiting to run, first to run first.
+	Queue []QueuedJob
+	// Generated is when the page was built; the zero time means now.
+	Generated time.Time
+}
+
+// ClusterStatus is one cluster's line on the status page.
+type ClusterStatus struct {
+	// Path is the cluster's directory in the repository.
+	Path string
+	// LastPlan and LastConverge are the latest runs of each kind; nil
+	// means none yet.
+	LastPlan     *RunSummary
+	LastConverge *RunSummary
+	// Drift is true when the last drift check found the cluster differs
+	// from the default branch.
+	Drift bool
+	// Running is the kind of the run in progress, empty when idle.
+	Running string
+}
+
+// RunSummary is one run of a cluster.
+type RunSummary struct {
+	// Commit is the full SHA the run used; the page shows a short form.
+	Commit string
+	// Result is how the run ended: success, failure, refused, cancelled.
+	Result string
+	// Time is when the run finished.
+	Time time.Time
+	// PlanID, when set, names the plan served under /plans/{id}.
+	PlanID string
+}
+
+// QueuedJob is a job waiting to run.
+type QueuedJob struct {
+	// Cluster is the cluster's directory in the repository.
+	Cluster string
+	// Kind is plan, converge, drift or destroy.
+	Kind string
+	// Commit is the full SHA the job will use.
+	Commit string
+	// Queued is when the job was queued.
+	Queued time.Time
+}
+
+// planIDPattern is what a plan id must look like; any other id is 404
+// without asking Options.Plan.
+var planIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// maxReason bounds the reason /readyz gives, in bytes.
+const maxReason = 256
+
+// New returns the agent's HTTP handler.
+func New(opts Options) http.Handler {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &server{opts: opts, logger: logger}
+	mux := http.NewServeMux()
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Metrics, promhttp.HandlerOpts{
+			ErrorLog:      promLogger{logger},
+			ErrorHandling: promhttp.ContinueOnError,
+		}))
+	}
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /{$}", s.status)
+	mux.HandleFunc("GET /plans/{id}", s.plan)
+	return readOnly(mux)
+}
+
+type server struct {
+	opts   Options
+	logger *slog.Logger
+	// notReady is 1 while the last readiness check failed, so a change
+	// is logged once rather than on every probe.
+	notReady atomic.Bool
+}
+
+// readOnly serves GET and HEAD through next, answers every other method
+// with 405, and sets the headers every response carries.
+func readOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed: this endpoint is read-only", http.StatusMethodNotAllowed)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeText(w, http.StatusOK, "ok\n")
+}
+
+func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
+	var err error
+	if s.opts.Ready != nil {
+		err = s.opts.Ready()
+	}
+	if err == nil {
+		if s.notReady.Swap(false) {
+			s.logger.Info("agent ready")
+		}
+		writeText(w, http.StatusOK, "ok\n")
+		return
+	}
+	reason := firstLine(err.Error())
+	if !s.notReady.Swap(true) {
+		s.logger.Warn("agent not ready", "reason", reason)
+	}
+	writeText(w, http.StatusServiceUnavailable, "not ready: "+reason+"\n")
+}
+
+func (s *server) status(w http.ResponseWriter, _ *http.Request) {
+	var page StatusPage
+	if s.opts.Status != nil {
+		page = s.opts.Status()
+	}
+	if page.Generated.IsZero() {
+		page.Generated = time.Now()
+	}
+	s.render(w, "status", page)
+}
+
+// planView is what the plan page template sees.
+type planView struct {
+	ID   string
+	Body string
+}
+
+func (s *server) plan(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !planIDPattern.MatchString(id) || s.opts.Plan == nil {
+		http.NotFound(w, r)
+		return
+	}
+	body, ok := s.opts.Plan(id)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	if r.URL.Query().Get("format") == "text" {
+		writeText(w, http.StatusOK, body)
+		return
+	}
+	s.render(w, "plan", planView{ID: id, Body: body})
+}
+
+// render executes a page template into a buffer first, so a template
+// error gives a clean 500 rather than half a page.
+func (s *server) render(w http.ResponseWriter, name string, data any) {
+	var buf bytes.Buffer
+	if err := pages.ExecuteTemplate(&buf, name, data); err != nil {
+		s.logger.Error("rendering a page", "page", name, "error", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func writeText(w http.ResponseWriter, code int, body string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(body))
+}
+
+// firstLine returns the first line of s without control characters, cut
+// to maxReason bytes on a character boundary.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+	if len(s) <= maxReason {
+		return s
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// promLogger passes promhttp's errors to the agent's logger.
+type promLogger struct{ logger *slog.Logger }
+
+func (l promLogger) Println(v ...any) {
+	l.logger.Warn("serving metrics", "error", strings.TrimSpace(fmt.Sprintln(v...)))
+}
