@@ -224,6 +224,14 @@ func (e *Engine) Converge(ctx context.Context) error {
 	if err := e.runPhase(ctx, plan.PhaseNetwork, want, inv); err != nil {
 		return err
 	}
+
+	// discover: a cluster with a kubeconfig must answer before anything
+	// else is done to it.
+	up, err := e.probeExisting(ctx)
+	if err != nil {
+		return err
+	}
+
 	if inv, err = e.Infra.Observe(ctx); err != nil {
 		return err
 	}
@@ -245,9 +253,10 @@ func (e *Engine) Converge(ctx context.Context) error {
 	defer tc.Close()
 	first := cps[0]
 
-	up, err := e.discover(ctx, tc, first)
-	if err != nil {
-		return err
+	if !up {
+		if up, err = e.recoverKubeconfig(ctx, tc, first); err != nil {
+			return err
+		}
 	}
 	if !up {
 		e.say(plan.PhaseBootstrap, "bootstrapping etcd on %s (%s)", want.Machines[0].Hostname, first)
@@ -405,32 +414,50 @@ func (e *Engine) talosClient(ctx context.Context) (*talos.Client, error) {
 	return talos.New(ctx, data)
 }
 
-// discover decides whether the cluster is up, only by asking it: a working
-// kubeconfig whose API answers, or a kubeconfig recovered from the first
-// control plane. A kubeconfig whose API never answers is an existing but
-// unreachable cluster: converge stops instead of bootstrapping over it.
-func (e *Engine) discover(ctx context.Context, tc *talos.Client, first string) (bool, error) {
-	if data, err := os.ReadFile(e.path(KubeconfigFile)); err == nil && len(data) > 0 {
-		if err := e.probeAPI(ctx, data); err == nil {
-			e.say(plan.PhaseDiscover, "the Kubernetes API answers: the cluster is up")
-			return true, nil
-		} else {
-			return false, fmt.Errorf("%w: a kubeconfig exists but the Kubernetes API did not answer after retries (%v); not bootstrapping, not checking health; investigate and run converge again", ErrUnreachable, err)
-		}
-	}
-	// No kubeconfig: a bootstrapped cluster still serves one from cp-01.
-	kctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	data, err := tc.Kubeconfig(kctx, first)
-	if err != nil {
-		e.say(plan.PhaseDiscover, "no kubeconfig and the first control plane serves none: the cluster was never bootstrapped")
+// probeExisting decides whether a cluster with a kubeconfig is up, only by
+// asking its API (with retries, so one failure is never taken as a fresh
+// cluster). A kubeconfig whose API never answers is an existing but
+// unreachable cluster: converge stops before creating, bootstrapping or
+// changing anything. Without a kubeconfig it reports false.
+func (e *Engine) probeExisting(ctx context.Context) (bool, error) {
+	data, err := os.ReadFile(e.path(KubeconfigFile))
+	if err != nil || len(data) == 0 {
 		return false, nil
 	}
-	if err := state.WriteFile(e.path(KubeconfigFile), data, 0o600); err != nil {
-		return false, err
+	if err := e.probeAPI(ctx, data); err != nil {
+		e.say(plan.PhaseDiscover, "WARNING: a kubeconfig exists but the Kubernetes API does not answer")
+		return false, fmt.Errorf("%w: a kubeconfig exists but the Kubernetes API did not answer after retries (%v); converge did not create machines, bootstrap or check health; investigate the cluster and run converge again", ErrUnreachable, err)
 	}
-	e.say(plan.PhaseDiscover, "recovered %s from the first control plane", KubeconfigFile)
+	e.say(plan.PhaseDiscover, "the Kubernetes API answers: the cluster is up")
 	return true, nil
+}
+
+// recoverKubeconfig asks the first control plane for a kubeconfig: a
+// bootstrapped cluster serves one, a never-bootstrapped one refuses. While
+// the node is unreachable it waits (bounded), so a node that is slow to boot
+// is not taken for a fresh cluster.
+func (e *Engine) recoverKubeconfig(ctx context.Context, tc *talos.Client, first string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
+	defer cancel()
+	for {
+		data, err := tc.Kubeconfig(ctx, first)
+		switch {
+		case err == nil:
+			if err := state.WriteFile(e.path(KubeconfigFile), data, 0o600); err != nil {
+				return false, err
+			}
+			e.say(plan.PhaseDiscover, "recovered %s from the first control plane: the cluster was bootstrapped before", KubeconfigFile)
+			return true, nil
+		case !talos.Unreachable(err):
+			e.say(plan.PhaseDiscover, "no kubeconfig and the first control plane serves none: the cluster was never bootstrapped")
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("asking the first control plane %s for a kubeconfig: %w", first, err)
+		case <-time.After(e.poll()):
+		}
+	}
 }
 
 // probeAPI reads the Kubernetes version, retrying so that one transient

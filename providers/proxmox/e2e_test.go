@@ -279,3 +279,59 @@ func TestSecretsNeverInErrors(t *testing.T) {
 		t.Fatal("the Proxmox token secret appears in an error")
 	}
 }
+
+func TestUnreachableClusterIsNotTouched(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "dark", 1)
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	k, ok := w.lab.Kube("dark")
+	if !ok {
+		t.Fatal("no Kubernetes API")
+	}
+	k.Fail("get version", 100, http.StatusServiceUnavailable)
+	// Grow the cluster: an unreachable cluster must not get new machines.
+	data, err := os.ReadFile(filepath.Join(w.dir, "cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grown := strings.Replace(string(data), "count: 1\n", "count: 2\n", 1)
+	if err := os.WriteFile(filepath.Join(w.dir, "cluster.yaml"), []byte(grown), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creates := countOps(w, "qemu.create")
+	err = w.engine(t).Converge(t.Context())
+	if !errors.Is(err, reconcile.ErrUnreachable) {
+		t.Fatalf("converge of an unreachable cluster: %v, want ErrUnreachable", err)
+	}
+	if got := countOps(w, "qemu.create"); got != creates {
+		t.Fatalf("%d VMs were created for an unreachable cluster", got-creates)
+	}
+}
+
+func TestMissingKubeconfigIsRecoveredNotBootstrapped(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "recover", 1)
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(w.dir, "kubeconfig")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(w.dir, "kubeconfig")); err != nil {
+		t.Fatalf("kubeconfig not recovered: %v", err)
+	}
+	bootstraps := 0
+	for _, op := range w.lab.Talos.Log() {
+		if op.Short() == "Bootstrap" {
+			bootstraps++
+		}
+	}
+	if bootstraps != 1 {
+		t.Fatalf("%d Bootstrap calls; a recovered cluster must not be bootstrapped again", bootstraps)
+	}
+}

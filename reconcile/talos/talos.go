@@ -117,6 +117,16 @@ func Transient(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
+// Unreachable reports whether an error means the node did not answer at
+// all (down, booting), as opposed to an answer that refuses.
+func Unreachable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
 // Kubeconfig fetches an admin kubeconfig from a control plane.
 func (c *Client) Kubeconfig(ctx context.Context, node string) ([]byte, error) {
 	ctx, cancel := call(ctx, node)
