@@ -144,7 +144,7 @@ func New(opts Options) http.Handler {
 type server struct {
 	opts   Options
 	logger *slog.Logger
-	// notReady is 1 while the last readiness check failed, so a change
+	// notReady is set while the last readiness check failed, so a change
 	// is logged once rather than on every probe.
 	notReady atomic.Bool
 }

@@ -55,6 +55,7 @@ code, pre { font-family: ui-monospace, monospace; }
 pre { background: #f7f7f7; border: 1px solid #ddd; padding: 1rem; overflow-x: auto; white-space: pre-wrap; }
 .success { color: #176f2c; } .failure, .refused { color: #b00020; } .cancelled { color: #666; }
 .drift { color: #b00020; font-weight: bold; }
+.nowrap { white-space: nowrap; }
 </style>
 </head>
 <body>
@@ -73,8 +74,8 @@ pre { background: #f7f7f7; border: 1px solid #ddd; padding: 1rem; overflow-x: au
 <td><code>{{.Path}}</code></td>
 <td>{{template "run" .LastPlan}}</td>
 <td>{{template "run" .LastConverge}}</td>
-<td>{{if .Drift}}<span class="drift">drift</span>{{else}}in sync{{end}}</td>
-<td>{{if .Running}}{{.Running}}{{else}}idle{{end}}</td>
+<td class="nowrap">{{if .Drift}}<span class="drift">drift</span>{{else}}in sync{{end}}</td>
+<td class="nowrap">{{if .Running}}{{.Running}}{{else}}idle{{end}}</td>
 </tr>
 {{end}}</tbody>
 </table>{{else}}<p>No clusters found in the repository yet.</p>{{end}}

@@ -55,8 +55,8 @@ const (
 	KindDestroy  Kind = "destroy"
 )
 
-// Kinds lists every kind of run.
-var Kinds = []Kind{KindPlan, KindConverge, KindDrift, KindDestroy}
+// kinds lists every kind of run.
+var kinds = []Kind{KindPlan, KindConverge, KindDrift, KindDestroy}
 
 // Result is how a run ended.
 type Result string
@@ -69,8 +69,8 @@ const (
 	ResultCancelled Result = "cancelled"
 )
 
-// Results lists every result of a run.
-var Results = []Result{ResultSuccess, ResultFailure, ResultRefused, ResultCancelled}
+// results lists every result of a run.
+var results = []Result{ResultSuccess, ResultFailure, ResultRefused, ResultCancelled}
 
 // GitHubOp names a GitHub API call the agent makes.
 type GitHubOp string
@@ -91,18 +91,12 @@ const (
 	OpOther              GitHubOp = "other"
 )
 
-// GitHubOps lists every GitHub operation label.
-var GitHubOps = []GitHubOp{
-	OpGetRepo, OpListPulls, OpGetPull, OpListPullFiles, OpListPullsForCommit,
-	OpListComments, OpCreateComment, OpEditComment, OpCreateStatus, OpRateLimit, OpOther,
-}
-
 // codeError is the code label of a GitHub request that got no HTTP answer.
 const codeError = "error"
 
-// DurationBuckets are the buckets of the run duration histogram, in
+// durationBuckets are the buckets of the run duration histogram, in
 // seconds: from one second to one hour.
-var DurationBuckets = []float64{1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600}
+var durationBuckets = []float64{1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600}
 
 // Option changes how [New] builds a Metrics.
 type Option func(*Metrics)
@@ -152,7 +146,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Namespace: Namespace,
 			Name:      "run_duration_seconds",
 			Help:      "How long runs took, by kind.",
-			Buckets:   DurationBuckets,
+			Buckets:   durationBuckets,
 		}, []string{"kind"}),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
@@ -200,8 +194,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}
 	// Series that exist from the start, so rates and alerts see zeroes
 	// rather than gaps.
-	for _, k := range Kinds {
-		for _, r := range Results {
+	for _, k := range kinds {
+		for _, r := range results {
 			m.runs.WithLabelValues(string(k), string(r))
 		}
 	}
@@ -293,28 +287,26 @@ func wellFormed(path string) bool {
 }
 
 func kindLabel(k Kind) string {
-	for _, known := range Kinds {
-		if k == known {
-			return string(k)
-		}
+	switch k {
+	case KindPlan, KindConverge, KindDrift, KindDestroy:
+		return string(k)
 	}
 	return InvalidLabel
 }
 
 func resultLabel(r Result) string {
-	for _, known := range Results {
-		if r == known {
-			return string(r)
-		}
+	switch r {
+	case ResultSuccess, ResultFailure, ResultRefused, ResultCancelled:
+		return string(r)
 	}
 	return InvalidLabel
 }
 
 func opLabel(op GitHubOp) string {
-	for _, known := range GitHubOps {
-		if op == known {
-			return string(op)
-		}
+	switch op {
+	case OpGetRepo, OpListPulls, OpGetPull, OpListPullFiles, OpListPullsForCommit,
+		OpListComments, OpCreateComment, OpEditComment, OpCreateStatus, OpRateLimit:
+		return string(op)
 	}
 	return string(OpOther)
 }
