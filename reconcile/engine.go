@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,8 +40,10 @@ var ErrUnreachable = errors.New("existing cluster is unreachable")
 type Engine struct {
 	Cluster  *spec.Cluster
 	Warnings []spec.Problem
-	// Dir holds talossecrets.yaml, talosconfig and kubeconfig.
-	Dir   string
+	// State keeps talossecrets.yaml, talosconfig and kubeconfig; Key names
+	// the cluster in it (its path in the repository).
+	State state.Store
+	Key   string
 	Infra Infra
 	// Progress receives one human line per step; nil discards them.
 	Progress io.Writer
@@ -64,11 +64,18 @@ func (e *Engine) say(phase plan.Phase, format string, args ...any) {
 	}
 }
 
-func (e *Engine) path(name string) string { return filepath.Join(e.Dir, name) }
+// read returns a state file, nil when it is absent or empty.
+func (e *Engine) read(ctx context.Context, name string) ([]byte, error) {
+	data, err := e.State.Get(ctx, e.Key, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return data, err
+}
 
-func (e *Engine) exists(name string) bool {
-	st, err := os.Stat(e.path(name))
-	return err == nil && st.Size() > 0
+func (e *Engine) exists(ctx context.Context, name string) (bool, error) {
+	data, err := e.read(ctx, name)
+	return len(data) > 0, err
 }
 
 func (e *Engine) bootTimeout() time.Duration {
@@ -124,11 +131,15 @@ func (e *Engine) Plan(ctx context.Context) (*plan.Plan, error) {
 			return nil, err
 		}
 	}
-	e.planIdentity(p, inv)
+	if err := e.planIdentity(ctx, p, inv); err != nil {
+		return nil, err
+	}
 	if err := add(plan.PhaseNetwork); err != nil {
 		return nil, err
 	}
-	if !e.exists(TalosconfigFile) {
+	if ok, err := e.exists(ctx, TalosconfigFile); err != nil {
+		return nil, err
+	} else if !ok {
 		p.Add(plan.Change{Phase: plan.PhaseNetwork, Action: plan.ActionCreate,
 			Resource: plan.Resource{Kind: plan.KindTalosconfig, Name: TalosconfigFile},
 			Reason:   "Talos client config for the control planes, written with mode 0600"})
@@ -136,7 +147,9 @@ func (e *Engine) Plan(ctx context.Context) (*plan.Plan, error) {
 	if err := add(plan.PhaseCompute); err != nil {
 		return nil, err
 	}
-	if !e.exists(KubeconfigFile) {
+	if ok, err := e.exists(ctx, KubeconfigFile); err != nil {
+		return nil, err
+	} else if !ok {
 		if len(inv.Machines()) == 0 {
 			p.Add(plan.Change{Phase: plan.PhaseBootstrap, Action: plan.ActionBootstrap,
 				Resource: plan.Resource{Kind: plan.KindMachine, Name: want.Machines[0].Hostname},
@@ -159,17 +172,18 @@ func (e *Engine) Plan(ctx context.Context) (*plan.Plan, error) {
 
 // planIdentity adds the cluster-identity change, or the refusal when the
 // identity is missing while machines exist.
-func (e *Engine) planIdentity(p *plan.Plan, inv Inventory) {
-	if e.exists(TalosSecretsFile) {
-		return
+func (e *Engine) planIdentity(ctx context.Context, p *plan.Plan, inv Inventory) error {
+	if ok, err := e.exists(ctx, TalosSecretsFile); err != nil || ok {
+		return err
 	}
 	res := plan.Resource{Kind: plan.KindTalosSecrets, Name: TalosSecretsFile}
 	if ms := inv.Machines(); len(ms) > 0 {
 		p.Refuse(res, fmt.Sprintf("%s is missing but %d of the cluster's machines exist (e.g. %s): restore talossecrets.yaml from backup; a new identity would not match the running cluster", TalosSecretsFile, len(ms), ms[0].Hostname))
-		return
+		return nil
 	}
 	p.Add(plan.Change{Phase: plan.PhaseSecrets, Action: plan.ActionCreate, Resource: res,
 		Reason: "new cluster identity (cluster and etcd CAs, join tokens); back it up, it cannot be regenerated"})
+	return nil
 }
 
 // Converge makes the cluster match its configuration, phase by phase.
@@ -197,7 +211,9 @@ func (e *Engine) Converge(ctx context.Context) error {
 	for _, ch := range checks {
 		refusals.Add(ch)
 	}
-	e.planIdentity(refusals, inv)
+	if err := e.planIdentity(ctx, refusals, inv); err != nil {
+		return err
+	}
 	if len(refusals.Refusals) > 0 {
 		var reasons []string
 		for _, r := range refusals.Refusals {
@@ -210,7 +226,7 @@ func (e *Engine) Converge(ctx context.Context) error {
 		return err
 	}
 
-	bundle, err := e.identity(inv)
+	bundle, err := e.identity(ctx, inv)
 	if err != nil {
 		return err
 	}
@@ -243,7 +259,7 @@ func (e *Engine) Converge(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := e.writeTalosconfig(bundle, cps); err != nil {
+	if err := e.writeTalosconfig(ctx, bundle, cps); err != nil {
 		return err
 	}
 	tc, err := e.talosClient(ctx)
@@ -302,25 +318,32 @@ func (e *Engine) runPhase(ctx context.Context, phase plan.Phase, want *Desired, 
 }
 
 // identity loads talossecrets.yaml, or mints it when no machine exists.
-func (e *Engine) identity(inv Inventory) (*secrets.Bundle, error) {
-	path := e.path(TalosSecretsFile)
-	b, err := machineconfig.LoadSecrets(path)
-	if err == nil {
+func (e *Engine) identity(ctx context.Context, inv Inventory) (*secrets.Bundle, error) {
+	data, err := e.read(ctx, TalosSecretsFile)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > 0 {
+		b, err := machineconfig.ParseSecrets(TalosSecretsFile, data)
+		if err != nil {
+			return nil, err
+		}
 		e.say(plan.PhaseSecrets, "using the existing %s", TalosSecretsFile)
 		return b, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
 	}
 	if ms := inv.Machines(); len(ms) > 0 {
 		return nil, fmt.Errorf("%w: %s is missing but machines exist (%s): restore it from backup", ErrRefused, TalosSecretsFile, ms[0].Hostname)
 	}
-	b, err = machineconfig.NewSecrets(e.Cluster.Talos.Version)
+	b, err := machineconfig.NewSecrets(e.Cluster.Talos.Version)
 	if err != nil {
 		return nil, err
 	}
-	if err := machineconfig.WriteSecrets(path, b); err != nil {
+	enc, err := machineconfig.EncodeSecrets(b)
+	if err != nil {
 		return nil, err
+	}
+	if err := e.State.Create(ctx, e.Key, TalosSecretsFile, enc); err != nil {
+		return nil, fmt.Errorf("storing the new cluster identity: %w", err)
 	}
 	e.say(plan.PhaseSecrets, "minted a new cluster identity in %s: back it up now", TalosSecretsFile)
 	return b, nil
@@ -380,15 +403,15 @@ func (e *Engine) waitAddresses(ctx context.Context, want *Desired) ([]string, er
 	}
 }
 
-func (e *Engine) writeTalosconfig(bundle *secrets.Bundle, endpoints []string) error {
+func (e *Engine) writeTalosconfig(ctx context.Context, bundle *secrets.Bundle, endpoints []string) error {
 	data, err := talos.Talosconfig(e.Cluster.Name, bundle, endpoints)
 	if err != nil {
 		return err
 	}
-	if old, err := os.ReadFile(e.path(TalosconfigFile)); err == nil && sameEndpoints(old, endpoints) {
+	if old, err := e.read(ctx, TalosconfigFile); err == nil && len(old) > 0 && sameEndpoints(old, endpoints) {
 		return nil
 	}
-	if err := state.WriteFile(e.path(TalosconfigFile), data, 0o600); err != nil {
+	if err := e.State.Put(ctx, e.Key, TalosconfigFile, data); err != nil {
 		return err
 	}
 	e.say(plan.PhaseNetwork, "wrote %s (endpoints %s)", TalosconfigFile, strings.Join(endpoints, ", "))
@@ -407,9 +430,9 @@ func sameEndpoints(old []byte, endpoints []string) bool {
 }
 
 func (e *Engine) talosClient(ctx context.Context) (*talos.Client, error) {
-	data, err := os.ReadFile(e.path(TalosconfigFile))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", TalosconfigFile, err)
+	data, err := e.read(ctx, TalosconfigFile)
+	if err != nil || len(data) == 0 {
+		return nil, fmt.Errorf("reading %s: %w", TalosconfigFile, errors.Join(err, fs.ErrNotExist))
 	}
 	return talos.New(ctx, data)
 }
@@ -420,8 +443,11 @@ func (e *Engine) talosClient(ctx context.Context) (*talos.Client, error) {
 // unreachable cluster: converge stops before creating, bootstrapping or
 // changing anything. Without a kubeconfig it reports false.
 func (e *Engine) probeExisting(ctx context.Context) (bool, error) {
-	data, err := os.ReadFile(e.path(KubeconfigFile))
-	if err != nil || len(data) == 0 {
+	data, err := e.read(ctx, KubeconfigFile)
+	if err != nil {
+		return false, err
+	}
+	if len(data) == 0 {
 		return false, nil
 	}
 	if err := e.probeAPI(ctx, data); err != nil {
@@ -443,7 +469,7 @@ func (e *Engine) recoverKubeconfig(ctx context.Context, tc *talos.Client, first 
 		data, err := tc.Kubeconfig(ctx, first)
 		switch {
 		case err == nil:
-			if err := state.WriteFile(e.path(KubeconfigFile), data, 0o600); err != nil {
+			if err := e.State.Put(ctx, e.Key, KubeconfigFile, data); err != nil {
 				return false, err
 			}
 			e.say(plan.PhaseDiscover, "recovered %s from the first control plane: the cluster was bootstrapped before", KubeconfigFile)
@@ -493,7 +519,7 @@ func (e *Engine) fetchKubeconfig(ctx context.Context, tc *talos.Client, first st
 	if err != nil {
 		return err
 	}
-	if err := state.WriteFile(e.path(KubeconfigFile), data, 0o600); err != nil {
+	if err := e.State.Put(ctx, e.Key, KubeconfigFile, data); err != nil {
 		return err
 	}
 	e.say(plan.PhaseKubeconfig, "wrote %s", KubeconfigFile)
@@ -503,9 +529,9 @@ func (e *Engine) fetchKubeconfig(ctx context.Context, tc *talos.Client, first st
 // health waits until every desired machine is a Ready node and the etcd
 // members are exactly the control planes.
 func (e *Engine) health(ctx context.Context, tc *talos.Client, first string, want *Desired) error {
-	data, err := os.ReadFile(e.path(KubeconfigFile))
-	if err != nil {
-		return fmt.Errorf("reading %s: %w", KubeconfigFile, err)
+	data, err := e.read(ctx, KubeconfigFile)
+	if err != nil || len(data) == 0 {
+		return fmt.Errorf("reading %s: %w", KubeconfigFile, errors.Join(err, fs.ErrNotExist))
 	}
 	kc, err := kube.New(data)
 	if err != nil {

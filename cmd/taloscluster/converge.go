@@ -11,6 +11,7 @@ import (
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
+	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
 // engineFor builds the engine of a cluster directory with its provider.
@@ -32,7 +33,7 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 	default:
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("the %s provider is not implemented yet; plan --offline shows the first build", c.Provider)}
 	}
-	return &reconcile.Engine{Cluster: c, Warnings: warnings, Dir: dir, Infra: infra, Progress: cmd.OutOrStdout()}, nil
+	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: state.Local{Dir: dir}, Key: dir, Infra: infra, Progress: cmd.OutOrStdout()}, nil
 }
 
 func newConverge() *cobra.Command {

@@ -17,6 +17,7 @@ import (
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
+	"github.com/taloscluster/taloscluster/reconcile/state"
 	"github.com/taloscluster/taloscluster/reconcile/talos"
 )
 
@@ -69,7 +70,7 @@ func (w *world) engine(t *testing.T) *reconcile.Engine {
 			t.Logf("converge progress:\n%s", out.String())
 		}
 	})
-	return &reconcile.Engine{Cluster: c, Warnings: warns, Dir: w.dir, Infra: p, Progress: &out,
+	return &reconcile.Engine{Cluster: c, Warnings: warns, State: state.Local{Dir: w.dir}, Key: w.name, Infra: p, Progress: &out,
 		BootTimeout: 60 * time.Second, PollInterval: 50 * time.Millisecond}
 }
 

@@ -42,20 +42,34 @@ func LoadSecrets(path string) (*secrets.Bundle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading talos secrets: %w", err)
 	}
+	return ParseSecrets(path, data)
+}
 
+// ParseSecrets reads a secrets bundle from its bytes; name says where they
+// came from in errors, which never quote the contents.
+func ParseSecrets(name string, data []byte) (*secrets.Bundle, error) {
 	bundle := &secrets.Bundle{}
-
 	if err := yaml.Unmarshal(data, bundle); err != nil {
-		return nil, fmt.Errorf("parsing talos secrets %q: %w", path, sanitizeYAMLError(err))
+		return nil, fmt.Errorf("parsing talos secrets %q: %w", name, sanitizeYAMLError(err))
 	}
-
 	if err := bundle.Validate(); err != nil {
-		return nil, fmt.Errorf("checking talos secrets %q: %w", path, err)
+		return nil, fmt.Errorf("checking talos secrets %q: %w", name, err)
 	}
-
 	bundle.Clock = secrets.NewClock()
-
 	return bundle, nil
+}
+
+// EncodeSecrets returns a bundle in the format `talosctl gen secrets`
+// writes.
+func EncodeSecrets(bundle *secrets.Bundle) ([]byte, error) {
+	if err := bundle.Validate(); err != nil {
+		return nil, fmt.Errorf("checking the talos secrets bundle: %w", err)
+	}
+	data, err := yaml.Marshal(bundle)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the talos secrets bundle: %w", err)
+	}
+	return data, nil
 }
 
 // sanitizeYAMLError drops the values that a YAML type error quotes, since

@@ -1,0 +1,72 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Local keeps one cluster's state as files in one directory: the CLI's
+// cluster directory, next to cluster.yaml, as the Python tool does. The
+// cluster argument of its methods is ignored.
+type Local struct {
+	Dir string
+}
+
+var _ Store = Local{}
+
+func (l Local) file(name string) (string, error) {
+	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
+		return "", fmt.Errorf("%w: %q", ErrInvalidName, name)
+	}
+	return filepath.Join(l.Dir, name), nil
+}
+
+// Get reads a file.
+func (l Local) Get(_ context.Context, _, name string) ([]byte, error) {
+	p, err := l.file(name)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	return data, nil
+}
+
+// Create writes a file only if absent (mode 0600).
+func (l Local) Create(_ context.Context, _, name string, data []byte) error {
+	p, err := l.file(name)
+	if err != nil {
+		return err
+	}
+	return CreateFile(p, data, 0o600)
+}
+
+// Put replaces a derived file (mode 0600); the identity is create-only.
+func (l Local) Put(_ context.Context, _, name string, data []byte) error {
+	if name == IdentityFile {
+		return ErrCreateOnly
+	}
+	p, err := l.file(name)
+	if err != nil {
+		return err
+	}
+	return WriteFile(p, data, 0o600)
+}
+
+// Delete removes a file; an absent one is fine.
+func (l Local) Delete(_ context.Context, _, name string) error {
+	p, err := l.file(name)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("deleting %s: %w", name, err)
+	}
+	return nil
+}
