@@ -364,3 +364,44 @@ func cleanRoot(root string) (string, error) {
 	}
 	return clean, nil
 }
+
+// PRChanges returns the paths a pull request changes: those changed
+// between the merge base of base and head, and head. Changes made on base
+// after the pull request branched off are not counted.
+func (r *Repo) PRChanges(ctx context.Context, base, head string) ([]string, error) {
+	mb, err := r.mergeBase(base, head)
+	if err != nil {
+		return nil, err
+	}
+	return r.ChangedPaths(ctx, mb, head)
+}
+
+// mergeBase returns the best common ancestor of a and b.
+func (r *Repo) mergeBase(a, b string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ha, err := r.resolve(a)
+	if err != nil {
+		return "", err
+	}
+	hb, err := r.resolve(b)
+	if err != nil {
+		return "", err
+	}
+	ca, err := r.repo.CommitObject(ha)
+	if err != nil {
+		return "", fmt.Errorf("reading commit %s: %w", a, err)
+	}
+	cb, err := r.repo.CommitObject(hb)
+	if err != nil {
+		return "", fmt.Errorf("reading commit %s: %w", b, err)
+	}
+	bases, err := ca.MergeBase(cb)
+	if err != nil {
+		return "", fmt.Errorf("finding the merge base of %s and %s: %w", a, b, err)
+	}
+	if len(bases) == 0 {
+		return "", nil
+	}
+	return bases[0].Hash.String(), nil
+}

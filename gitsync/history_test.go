@@ -195,3 +195,30 @@ func TestClusterDirs(t *testing.T) {
 		t.Fatal("a root leaving the repository was accepted")
 	}
 }
+
+func TestPRChangesIgnoresLaterBaseChanges(t *testing.T) {
+	t.Parallel()
+	o := newOrigin(t)
+	o.write(map[string]string{"clusters/a/cluster.yaml": "a1", "clusters/b/cluster.yaml": "b1"})
+	o.commit("base")
+	o.pushMain()
+	o.git(o.work, "checkout", "-q", "-b", "pr")
+	o.write(map[string]string{"clusters/a/cluster.yaml": "a2"})
+	prHead := o.commit("change a")
+	o.openPR(1, prHead)
+	o.git(o.work, "checkout", "-q", "main")
+	o.write(map[string]string{"clusters/b/cluster.yaml": "b2"})
+	mainHead := o.commit("change b on main")
+	o.pushMain()
+	r := open(t, t.Context(), gitsync.Options{URL: o.bare})
+	if _, err := r.Fetch(t.Context(), []int{1}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.PRChanges(t.Context(), mainHead, prHead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != "clusters/a/cluster.yaml" {
+		t.Fatalf("PR changes %v, want only clusters/a/cluster.yaml", got)
+	}
+}

@@ -1,0 +1,158 @@
+package forge
+
+import (
+	"net/http"
+	"path"
+	"time"
+)
+
+// AnyOp is the operation pattern matching every operation.
+const AnyOp = "*"
+
+type failRule struct {
+	pattern string
+	left    int
+	status  int
+}
+
+type secondaryRule struct {
+	pattern    string
+	left       int
+	retryAfter time.Duration
+}
+
+type latencyRule struct {
+	pattern string
+	d       time.Duration
+}
+
+type faultTable struct {
+	fail      []*failRule
+	secondary []*secondaryRule
+	latency   []latencyRule
+}
+
+// matchOp reports whether op matches pattern, a path.Match pattern such as
+// "pulls.get", "comments.*" or AnyOp.
+func matchOp(pattern, op string) bool {
+	ok, err := path.Match(pattern, op)
+	return err == nil && ok
+}
+
+// Fail makes the next n requests whose operation matches opPattern (a
+// path.Match pattern over operation names, such as "pulls.get",
+// "comments.*" or AnyOp) fail with the given HTTP status (500 if it is not
+// one), before they have any effect. Rules queue up in the order they are
+// given. Git operations can fail too.
+func (f *Forge) Fail(opPattern string, n int, status int) {
+	if n <= 0 {
+		return
+	}
+	if status < 100 || status > 599 {
+		status = http.StatusInternalServerError
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults.fail = append(f.faults.fail, &failRule{pattern: opPattern, left: n, status: status})
+}
+
+// SecondaryRateLimit makes the next n API requests whose operation matches
+// opPattern fail, without effect, the way GitHub answers a client that hit
+// a secondary rate limit: 403 with a Retry-After header (retryAfter rounded
+// up to whole seconds) and the documentation URL go-github recognises as
+// an *github.AbuseRateLimitError. The requests count against the primary
+// limit.
+func (f *Forge) SecondaryRateLimit(opPattern string, n int, retryAfter time.Duration) {
+	if n <= 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults.secondary = append(f.faults.secondary, &secondaryRule{pattern: opPattern, left: n, retryAfter: retryAfter})
+}
+
+// PrimaryExhausted uses up every user's primary rate limit until reset:
+// until then every counted API request is answered 403 with
+// X-RateLimit-Remaining: 0 (go-github's *github.RateLimitError), and from
+// then on each user has a fresh budget.
+func (f *Forge) PrimaryExhausted(reset time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.users {
+		a.used = f.limit
+		a.reset = reset
+	}
+}
+
+// Latency delays every request whose operation matches opPattern by d
+// before it is handled (a client that gives up meanwhile gets no answer and
+// the request has no effect). A later rule for the same pattern replaces
+// the earlier one; zero removes it. When several patterns match, the
+// longest delay applies.
+func (f *Forge) Latency(opPattern string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules := f.faults.latency[:0]
+	for _, l := range f.faults.latency {
+		if l.pattern != opPattern {
+			rules = append(rules, l)
+		}
+	}
+	if d > 0 {
+		rules = append(rules, latencyRule{pattern: opPattern, d: d})
+	}
+	f.faults.latency = rules
+}
+
+// takeFail consumes a failure rule matching op. The caller holds f.mu.
+func (t *faultTable) takeFail(op string) *failRule {
+	for _, r := range t.fail {
+		if r.left > 0 && matchOp(r.pattern, op) {
+			r.left--
+			return r
+		}
+	}
+	return nil
+}
+
+// takeSecondary consumes a secondary-rate-limit rule matching op. The
+// caller holds f.mu.
+func (t *faultTable) takeSecondary(op string) *secondaryRule {
+	for _, r := range t.secondary {
+		if r.left > 0 && matchOp(r.pattern, op) {
+			r.left--
+			return r
+		}
+	}
+	return nil
+}
+
+// latencyOf returns the delay for op. The caller holds f.mu.
+func (t *faultTable) latencyOf(op string) time.Duration {
+	var d time.Duration
+	for _, l := range t.latency {
+		if matchOp(l.pattern, op) {
+			d = max(d, l.d)
+		}
+	}
+	return d
+}
+
+// delay applies the latency configured for op. It reports false when the
+// client gave up while waiting.
+func (f *Forge) delay(r *http.Request, op string) bool {
+	f.mu.Lock()
+	d := f.faults.latencyOf(op)
+	f.mu.Unlock()
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
+}
