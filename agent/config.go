@@ -125,14 +125,15 @@ func LoadConfig(file string) (*Config, error) {
 	if err := dec.Decode(&c); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	c.defaults()
+	c.Defaults()
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return &c, nil
 }
 
-func (c *Config) defaults() {
+// Defaults fills in the default of every key left unset.
+func (c *Config) Defaults() {
 	if c.Repository.PollInterval == 0 {
 		c.Repository.PollInterval = Duration(DefaultPollInterval)
 	}
@@ -150,6 +151,9 @@ func (c *Config) defaults() {
 	}
 	if !strings.HasSuffix(c.GitHub.APIURL, "/") {
 		c.GitHub.APIURL += "/"
+	}
+	if len(c.Repository.ClusterRoots) == 0 {
+		c.Repository.ClusterRoots = []string{"."}
 	}
 	if c.State.Backend == "" {
 		c.State.Backend = "dir"

@@ -199,6 +199,11 @@ func (s *Scheduler) Queue() (running, waiting []Job) {
 	return running, waiting
 }
 
+// Wait waits until no job runs.
+func (s *Scheduler) Wait() {
+	s.wg.Wait()
+}
+
 // Close stops accepting jobs and waits for the running ones.
 func (s *Scheduler) Close() {
 	s.mu.Lock()

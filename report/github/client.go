@@ -38,7 +38,7 @@ type Options struct {
 	// Spacing is the least time between two mutating requests.
 	Spacing time.Duration
 	// Observe is told of every answer (see Transport.Observe).
-	Observe func(method string, code int, remaining int)
+	Observe func(req *http.Request, code int, remaining int)
 	// Redact removes secrets from every body and description sent.
 	Redact *report.Redactor
 }

@@ -32,9 +32,9 @@ type Transport struct {
 	MaxWait time.Duration
 	// Attempts bounds the tries of one request; 0 means 5.
 	Attempts int
-	// Observe, when set, is told of every answer: the operation's method
-	// and status code, and the remaining rate limit when reported.
-	Observe func(method string, code int, remaining int)
+	// Observe, when set, is told of every answer: the request, the status
+	// code, and the remaining rate limit (-1 when not reported).
+	Observe func(req *http.Request, code int, remaining int)
 
 	mutate sync.Mutex
 	last   time.Time
@@ -97,7 +97,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		remaining := headerInt(r.Header, "X-RateLimit-Remaining", -1)
 		if t.Observe != nil {
-			t.Observe(req.Method, r.StatusCode, remaining)
+			t.Observe(req, r.StatusCode, remaining)
 		}
 		switch {
 		case r.StatusCode == http.StatusNotModified && etagged != nil:

@@ -1,0 +1,630 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/taloscluster/taloscluster/agent/httpapi"
+	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/report"
+	gh "github.com/taloscluster/taloscluster/report/github"
+	"github.com/taloscluster/taloscluster/report/metrics"
+)
+
+// Repo is the cluster repository as the agent reads it (gitsync.Repo).
+type Repo interface {
+	Fetch(ctx context.Context, open []int) (gitsync.Heads, error)
+	Tree(commit string) (fs.FS, error)
+	ChangedPaths(ctx context.Context, from, to string) ([]string, error)
+	PRChanges(ctx context.Context, base, head string) ([]string, error)
+	Commits(ctx context.Context, from, to string) ([]gitsync.Commit, error)
+	ClusterDirs(commit string, roots []string) ([]string, error)
+}
+
+// Forge is where pull requests, comments and statuses live (GitHub).
+type Forge interface {
+	OpenPRs(ctx context.Context, base string) ([]gh.PR, error)
+	Permission(ctx context.Context, user string) (string, error)
+	SetStatus(ctx context.Context, sha, context, state, description, targetURL string) error
+	UpsertComments(ctx context.Context, pr int, bodies []string) error
+	Comment(ctx context.Context, pr int, body string) error
+	MergedPR(ctx context.Context, sha string) (int, bool, error)
+	Reachable(ctx context.Context) error
+}
+
+// Runner runs the engine on one cluster. The agent never learns which
+// provider a cluster uses.
+type Runner interface {
+	// Plan plans a cluster read from files, changing nothing.
+	Plan(ctx context.Context, cluster string, files fs.FS) (*plan.Plan, error)
+	// Converge makes the cluster match files; progress lines go to log.
+	Converge(ctx context.Context, cluster string, files fs.FS, log func(string)) error
+	// Endpoints returns the provider endpoints a cluster sends credentials
+	// to, for the pull-request endpoint policy.
+	Endpoints(cluster string, files fs.FS) ([]string, error)
+}
+
+// Progress is the state the agent keeps between runs: the last commit
+// converged per cluster, so a restarted agent resumes.
+type Progress interface {
+	LastConverged(ctx context.Context, cluster string) (string, error)
+	SetLastConverged(ctx context.Context, cluster, commit string) error
+}
+
+// Agent is the GitOps loop.
+type Agent struct {
+	cfg      *Config
+	repo     Repo
+	forge    Forge
+	runner   Runner
+	progress Progress
+	metrics  *metrics.Metrics
+	redact   *report.Redactor
+	log      *slog.Logger
+	sched    *Scheduler
+	stop     context.CancelFunc
+
+	mu          sync.Mutex
+	defaultHead string
+	clusters    []string
+	planned     map[int]string // pull request -> head planned
+	untrusted   map[int]string // pull request -> head refused
+	lastFetch   time.Time
+	fetchErr    error
+	forgeErr    error
+	lastDrift   time.Time
+	status      map[string]*httpapi.ClusterStatus
+	plans       map[string]string // id -> markdown
+	planOrder   []string
+}
+
+// Deps are what New wires together.
+type Deps struct {
+	Repo     Repo
+	Forge    Forge
+	Runner   Runner
+	Progress Progress
+	Metrics  *metrics.Metrics
+	Redact   *report.Redactor
+	Log      *slog.Logger
+}
+
+// New returns an agent for cfg.
+func New(cfg *Config, d Deps) *Agent {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{cfg: cfg, repo: d.Repo, forge: d.Forge, runner: d.Runner, progress: d.Progress, metrics: d.Metrics,
+		redact: d.Redact, log: d.Log, planned: map[int]string{}, untrusted: map[int]string{},
+		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
+		// The first drift check comes one interval after start: on start,
+		// the resume logic converges what is behind.
+		lastDrift: time.Now()}
+	// Jobs outlive the poll that queued them; Close stops them.
+	ctx, stop := context.WithCancel(context.Background())
+	a.stop = stop
+	a.sched = NewScheduler(ctx, cfg.Concurrency, a.runMutation)
+	return a
+}
+
+// Run polls until ctx ends, then stops the running jobs and waits for
+// them.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.Close()
+	interval := a.cfg.Repository.PollInterval.D()
+	for {
+		if err := a.Poll(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error("poll failed", "error", a.redact.String(err.Error()))
+		}
+		// Jitter ±10% so several agents do not poll in step.
+		wait := interval - interval/10 + time.Duration(rand.Int64N(int64(interval/5)+1))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Poll runs one cycle: list open pull requests, fetch, converge what
+// changed on the default branch, plan new pull-request heads, check drift.
+func (a *Agent) Poll(ctx context.Context) error {
+	prs, err := a.forge.OpenPRs(ctx, a.cfg.Repository.DefaultBranch)
+	a.mu.Lock()
+	a.forgeErr = err
+	a.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("listing pull requests: %w", err)
+	}
+	numbers := make([]int, len(prs))
+	for i, p := range prs {
+		numbers[i] = p.Number
+	}
+	heads, err := a.repo.Fetch(ctx, numbers)
+	a.mu.Lock()
+	a.fetchErr = err
+	if err == nil {
+		a.lastFetch = time.Now()
+	}
+	a.mu.Unlock()
+	if a.metrics != nil {
+		a.metrics.Fetched(err == nil, time.Now())
+	}
+	if err != nil {
+		return fmt.Errorf("fetching: %w", err)
+	}
+	if err := a.defaultBranch(ctx, heads.Default); err != nil {
+		return err
+	}
+	for _, p := range prs {
+		if head, ok := heads.PRs[p.Number]; ok {
+			p.Head = head
+		}
+		a.pullRequest(ctx, p, heads.Default)
+	}
+	a.drift(ctx, heads.Default)
+	if a.metrics != nil {
+		running, waiting := a.sched.Queue()
+		a.metrics.QueueDepth(len(running) + len(waiting))
+	}
+	return nil
+}
+
+// defaultBranch converges every cluster a new default-branch commit
+// affects. On the first poll it resumes: a cluster whose last converged
+// commit is not the head is converged.
+func (a *Agent) defaultBranch(ctx context.Context, head string) error {
+	a.mu.Lock()
+	prev := a.defaultHead
+	a.mu.Unlock()
+	if head == prev {
+		return nil
+	}
+	dirs, err := a.repo.ClusterDirs(head, a.cfg.Repository.ClusterRoots)
+	if err != nil {
+		return err
+	}
+	if a.metrics != nil {
+		a.metrics.SetClusters(dirs)
+	}
+	var affected []string
+	if prev == "" {
+		for _, d := range dirs {
+			last, err := a.progress.LastConverged(ctx, d)
+			if err != nil {
+				a.log.Error("reading the last converged commit", "cluster", d, "error", err)
+				continue
+			}
+			if last == head {
+				continue
+			}
+			if last != "" {
+				changed, err := a.repo.ChangedPaths(ctx, last, head)
+				if err == nil && len(Affected([]string{d}, changed)) == 0 {
+					// Nothing of this cluster changed since: record it.
+					_ = a.progress.SetLastConverged(ctx, d, head)
+					continue
+				}
+			}
+			affected = append(affected, d)
+		}
+	} else {
+		changed, err := a.repo.ChangedPaths(ctx, prev, head)
+		if err != nil {
+			return err
+		}
+		affected = Affected(dirs, changed)
+		a.mu.Lock()
+		before := a.clusters
+		a.mu.Unlock()
+		for _, gone := range Removed(before, dirs) {
+			a.removed(ctx, gone, head)
+		}
+	}
+	a.mu.Lock()
+	a.defaultHead, a.clusters = head, dirs
+	for _, d := range dirs {
+		if a.status[d] == nil {
+			a.status[d] = &httpapi.ClusterStatus{Path: d}
+		}
+	}
+	a.mu.Unlock()
+	for _, d := range affected {
+		a.log.Info("converge queued", "cluster", d, "commit", head)
+		_ = a.forge.SetStatus(ctx, head, gh.StatusContext("converge", d), gh.StatePending, "queued", a.link(""))
+		a.sched.Mutate(Job{Kind: KindConverge, Cluster: d, Commit: head})
+	}
+	return nil
+}
+
+// removed reports a cluster directory deleted on the default branch:
+// nothing is destroyed; destroying needs the explicit marker.
+func (a *Agent) removed(ctx context.Context, cluster, head string) {
+	msg := fmt.Sprintf("cluster directory %s was removed from the default branch. Nothing was destroyed: the machines and the cluster keep running. To destroy a cluster, follow the README (destroy marker).", cluster)
+	a.log.Warn("cluster directory removed; not destroying", "cluster", cluster, "commit", head)
+	if pr, ok, err := a.forge.MergedPR(ctx, head); err == nil && ok {
+		_ = a.forge.Comment(ctx, pr, "**taloscluster:** "+msg)
+	}
+	_ = a.forge.SetStatus(ctx, head, gh.StatusContext("converge", cluster), gh.StateSuccess, "directory removed: nothing destroyed", a.link(""))
+}
+
+// runMutation runs a converge or drift-heal job.
+func (a *Agent) runMutation(ctx context.Context, j Job) {
+	statusCtx := gh.StatusContext("converge", j.Cluster)
+	started := time.Now()
+	a.setRunning(j.Cluster, string(j.Kind))
+	defer a.setRunning(j.Cluster, "")
+	if a.metrics != nil {
+		a.metrics.RunStarted(metrics.KindConverge, j.Cluster)
+	}
+	_ = a.forge.SetStatus(ctx, j.Commit, statusCtx, gh.StatePending, "converging", a.link(""))
+	var lines []string
+	err := a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
+		return a.runner.Converge(ctx, j.Cluster, files, func(s string) { lines = append(lines, s) })
+	})
+	result := metrics.ResultSuccess
+	state, desc := gh.StateSuccess, "converged"
+	if len(j.Covers) > 1 {
+		desc = fmt.Sprintf("converged, covering %d merges", len(j.Covers))
+	}
+	if err != nil {
+		result, state, desc = metrics.ResultFailure, gh.StateFailure, firstLine(a.redact.String(err.Error()))
+		a.log.Error("converge failed", "cluster", j.Cluster, "commit", j.Commit, "error", desc)
+	} else if perr := a.progress.SetLastConverged(ctx, j.Cluster, j.Commit); perr != nil {
+		a.log.Error("recording the converged commit", "cluster", j.Cluster, "error", perr)
+	}
+	if a.metrics != nil {
+		a.metrics.RunFinished(metrics.KindConverge, j.Cluster, result, time.Since(started))
+	}
+	id := a.storePlan(j.Cluster, j.Commit, "converge", "```\n"+strings.Join(lines, "")+"\n```\n")
+	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
+		s.LastConverge = &httpapi.RunSummary{Commit: j.Commit, Result: string(result), Time: time.Now(), PlanID: id}
+	})
+	_ = a.forge.SetStatus(ctx, j.Commit, statusCtx, state, desc, a.link(id))
+	for _, c := range j.Covers {
+		if pr, ok, err := a.forge.MergedPR(ctx, c); err == nil && ok {
+			body := fmt.Sprintf("**taloscluster converge** of `%s` at `%s`: **%s**", j.Cluster, short(j.Commit), desc)
+			if len(j.Covers) > 1 {
+				body += fmt.Sprintf("\n\nThis run covered the merges %s.", strings.Join(shorts(j.Covers), ", "))
+			}
+			_ = a.forge.Comment(ctx, pr, body)
+		}
+	}
+}
+
+// withFiles runs f on the cluster's files at commit.
+func (a *Agent) withFiles(commit, cluster string, f func(fs.FS) error) error {
+	tree, err := a.repo.Tree(commit)
+	if err != nil {
+		return err
+	}
+	files, err := ClusterFiles(tree, a.cfg.SecretsDir, cluster)
+	if err != nil {
+		return err
+	}
+	return f(files)
+}
+
+// pullRequest plans a new head of an open pull request.
+func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
+	a.mu.Lock()
+	done := a.planned[p.Number] == p.Head || a.untrusted[p.Number] == p.Head
+	a.mu.Unlock()
+	if done || p.Head == "" {
+		return
+	}
+	if why := a.untrustedBecause(ctx, p); why != "" {
+		a.log.Warn("pull request not planned", "pr", p.Number, "author", p.Author, "reason", why)
+		_ = a.forge.SetStatus(ctx, p.Head, "taloscluster/plan", gh.StateFailure, "not planned: untrusted author", "")
+		a.mu.Lock()
+		a.untrusted[p.Number] = p.Head
+		a.mu.Unlock()
+		return
+	}
+	changed, err := a.repo.PRChanges(ctx, base, p.Head)
+	if err != nil {
+		a.log.Error("reading the changes of a pull request", "pr", p.Number, "error", err)
+		return
+	}
+	dirs, err := a.repo.ClusterDirs(p.Head, a.cfg.Repository.ClusterRoots)
+	if err != nil {
+		a.log.Error("listing clusters", "pr", p.Number, "error", err)
+		return
+	}
+	affected := Affected(dirs, changed)
+	a.mu.Lock()
+	a.planned[p.Number] = p.Head
+	a.mu.Unlock()
+	if len(affected) == 0 {
+		return
+	}
+	for _, c := range affected {
+		_ = a.forge.SetStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
+	}
+	a.sched.Plan(p.Number, p.Head, affected, func(ctx context.Context) { a.planPR(ctx, p, base, affected) })
+}
+
+// untrustedBecause says why a pull request must not be planned with
+// production credentials, or "".
+func (a *Agent) untrustedBecause(ctx context.Context, p gh.PR) string {
+	if p.Fork {
+		return "the head is in a fork"
+	}
+	if len(a.cfg.GitHub.AllowedAuthors) > 0 {
+		if !slices.Contains(a.cfg.GitHub.AllowedAuthors, p.Author) {
+			return "the author is not in github.allowed_authors"
+		}
+		return ""
+	}
+	perm, err := a.forge.Permission(ctx, p.Author)
+	if err != nil {
+		return "the author's permission could not be read"
+	}
+	if perm != "admin" && perm != "write" {
+		return "the author lacks write permission"
+	}
+	return ""
+}
+
+// planPR plans every affected cluster at the head and posts one comment.
+func (a *Agent) planPR(ctx context.Context, p gh.PR, base string, clusters []string) {
+	var sections []gh.Section
+	for _, c := range clusters {
+		if ctx.Err() != nil {
+			return // superseded by a newer push
+		}
+		sections = append(sections, a.planCluster(ctx, p, base, c))
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
+	if err := a.forge.UpsertComments(ctx, p.Number, gh.Compose(header, sections, 0)); err != nil {
+		a.log.Error("posting the plan comment", "pr", p.Number, "error", a.redact.String(err.Error()))
+	}
+}
+
+func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string) gh.Section {
+	started := time.Now()
+	statusCtx := gh.StatusContext("plan", cluster)
+	sec := gh.Section{Cluster: cluster}
+	fail := func(result metrics.Result, msg string) gh.Section {
+		msg = a.redact.String(msg)
+		sec.Result, sec.Summary, sec.Body = string(result), firstLine(msg), "```\n"+msg+"\n```\n"
+		if a.metrics != nil {
+			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
+		}
+		_ = a.forge.SetStatus(ctx, p.Head, statusCtx, gh.StateFailure, msg, "")
+		return sec
+	}
+	if why := a.endpointPolicy(p.Head, base, cluster); why != "" {
+		return fail(metrics.ResultRefused, "not planned: "+why)
+	}
+	if a.sched.Busy(cluster) {
+		sec.Summary = "(the cluster is being converged right now; this plan may change) "
+	}
+	var pl *plan.Plan
+	err := a.withFiles(p.Head, cluster, func(files fs.FS) error {
+		var err error
+		pl, err = a.runner.Plan(ctx, cluster, files)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return sec
+		}
+		return fail(metrics.ResultFailure, err.Error())
+	}
+	pl.Commit = p.Head
+	md := report.Markdown(pl)
+	id := a.storePlan(cluster, p.Head, "plan", md)
+	sec.Body, sec.FullURL = md, a.link(id)
+	sec.Summary += pl.Summary()
+	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, pl.Summary()
+	sec.Result = "planned"
+	if len(pl.Refusals) > 0 {
+		result, state = metrics.ResultRefused, gh.StateFailure
+		desc = "refused: " + pl.Refusals[0].Reason
+		sec.Result = "refused"
+	}
+	if a.metrics != nil {
+		a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
+	}
+	a.record(cluster, func(s *httpapi.ClusterStatus) {
+		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
+	})
+	_ = a.forge.SetStatus(ctx, p.Head, statusCtx, state, desc, a.link(id))
+	return sec
+}
+
+// endpointPolicy refuses a pull request that points a cluster's
+// credentials at an endpoint other than the default branch's, unless the
+// endpoint is allowed.
+func (a *Agent) endpointPolicy(head, base, cluster string) string {
+	var prEP, baseEP []string
+	if err := a.withFiles(head, cluster, func(files fs.FS) error {
+		var err error
+		prEP, err = a.runner.Endpoints(cluster, files)
+		return err
+	}); err != nil {
+		return "" // the plan reports the load error itself
+	}
+	baseErr := a.withFiles(base, cluster, func(files fs.FS) error {
+		var err error
+		baseEP, err = a.runner.Endpoints(cluster, files)
+		return err
+	})
+	for _, ep := range prEP {
+		if baseErr == nil && slices.Contains(baseEP, ep) {
+			continue
+		}
+		if slices.ContainsFunc(a.cfg.AllowedEndpoints, func(allowed string) bool { return strings.HasPrefix(ep, allowed) }) {
+			continue
+		}
+		return fmt.Sprintf("the provider endpoint %s differs from the default branch's and is not in allowed_endpoints", ep)
+	}
+	return ""
+}
+
+// drift plans every cluster on the default branch every drift interval;
+// with self_heal a drifted cluster is converged.
+func (a *Agent) drift(ctx context.Context, head string) {
+	a.mu.Lock()
+	due := time.Since(a.lastDrift) >= a.cfg.DriftInterval.D()
+	clusters := slices.Clone(a.clusters)
+	if due {
+		a.lastDrift = time.Now()
+	}
+	a.mu.Unlock()
+	if !due {
+		return
+	}
+	for _, c := range clusters {
+		if a.sched.Busy(c) {
+			continue
+		}
+		var pl *plan.Plan
+		err := a.withFiles(head, c, func(files fs.FS) error {
+			var err error
+			pl, err = a.runner.Plan(ctx, c, files)
+			return err
+		})
+		drifted := err == nil && !pl.Empty()
+		if a.metrics != nil {
+			a.metrics.Drift(c, drifted)
+		}
+		a.record(c, func(s *httpapi.ClusterStatus) { s.Drift = drifted })
+		if drifted && a.cfg.SelfHeal {
+			a.sched.Mutate(Job{Kind: KindDrift, Cluster: c, Commit: head})
+		}
+	}
+}
+
+func (a *Agent) setRunning(cluster, kind string) {
+	a.record(cluster, func(s *httpapi.ClusterStatus) { s.Running = kind })
+}
+
+func (a *Agent) record(cluster string, f func(*httpapi.ClusterStatus)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.status[cluster]
+	if s == nil {
+		s = &httpapi.ClusterStatus{Path: cluster}
+		a.status[cluster] = s
+	}
+	f(s)
+}
+
+// maxPlans bounds the plans kept for the status page.
+const maxPlans = 200
+
+func (a *Agent) storePlan(cluster, commit, kind, markdown string) string {
+	id := fmt.Sprintf("%s-%s-%s", kind, short(commit), strings.NewReplacer("/", "_", " ", "_").Replace(cluster))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.plans[id]; !ok {
+		a.planOrder = append(a.planOrder, id)
+	}
+	a.plans[id] = a.redact.String(markdown)
+	for len(a.planOrder) > maxPlans {
+		delete(a.plans, a.planOrder[0])
+		a.planOrder = a.planOrder[1:]
+	}
+	return id
+}
+
+func (a *Agent) link(planID string) string {
+	if a.cfg.PublicURL == "" {
+		return ""
+	}
+	u := strings.TrimRight(a.cfg.PublicURL, "/")
+	if planID == "" {
+		return u + "/"
+	}
+	return u + "/plans/" + planID
+}
+
+// Ready reports why the agent cannot work yet, or nil.
+func (a *Agent) Ready() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.lastFetch.IsZero():
+		return errors.New("the repository has not been fetched yet")
+	case time.Since(a.lastFetch) > 3*a.cfg.Repository.PollInterval.D():
+		return fmt.Errorf("the last successful fetch was %s ago", time.Since(a.lastFetch).Round(time.Second))
+	case a.forgeErr != nil:
+		return errors.New("GitHub is not reachable")
+	}
+	return nil
+}
+
+// Status returns the status page's content.
+func (a *Agent) Status() httpapi.StatusPage {
+	a.mu.Lock()
+	page := httpapi.StatusPage{Repository: a.cfg.GitHub.Repo, Branch: a.cfg.Repository.DefaultBranch, LastFetch: a.lastFetch}
+	paths := make([]string, 0, len(a.status))
+	for p := range a.status {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	for _, p := range paths {
+		page.Clusters = append(page.Clusters, *a.status[p])
+	}
+	a.mu.Unlock()
+	{
+		_, waiting := a.sched.Queue()
+		for _, j := range waiting {
+			page.Queue = append(page.Queue, httpapi.QueuedJob{Cluster: j.Cluster, Kind: string(j.Kind), Commit: j.Commit})
+		}
+	}
+	return page
+}
+
+// Plan returns a stored plan for the status page.
+func (a *Agent) Plan(id string) (string, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	md, ok := a.plans[id]
+	return md, ok
+}
+
+// Wait waits until no job runs or waits.
+func (a *Agent) Wait() {
+	a.sched.Wait()
+}
+
+// Close stops the running jobs (their contexts end) and waits for them.
+func (a *Agent) Close() {
+	a.stop()
+	a.sched.Close()
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
+}
+
+func short(sha string) string {
+	if len(sha) > 10 {
+		return sha[:10]
+	}
+	return sha
+}
+
+func shorts(shas []string) []string {
+	out := make([]string, len(shas))
+	for i, s := range shas {
+		out[i] = "`" + short(s) + "`"
+	}
+	return out
+}

@@ -1,0 +1,360 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/taloscluster/taloscluster/agent"
+	"github.com/taloscluster/taloscluster/agent/httpapi"
+	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/providers/proxmox"
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+	"github.com/taloscluster/taloscluster/reconcile/state"
+	"github.com/taloscluster/taloscluster/report"
+	gh "github.com/taloscluster/taloscluster/report/github"
+	"github.com/taloscluster/taloscluster/report/metrics"
+)
+
+func newAgent() *cobra.Command {
+	var configFile string
+	var once bool
+	cmd := &cobra.Command{
+		Use:   "agent --config agent.yaml",
+		Short: "Run the GitOps agent: plan pull requests, converge merges",
+		Long: "The agent polls the cluster repository, plans every pull request that changes a\n" +
+			"cluster and posts the plan as one comment, converges every merge to the default\n" +
+			"branch, and serves /metrics, /healthz, /readyz and a status page. Its own\n" +
+			"configuration comes only from --config, never from the repository.",
+		Args: argsUsage(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := agent.LoadConfig(configFile)
+			if err != nil {
+				return &exitError{code: 1, msg: err.Error()}
+			}
+			return runAgent(cmd.Context(), cfg, cmd.ErrOrStderr(), once)
+		},
+	}
+	cmd.Flags().StringVar(&configFile, "config", "agent.yaml", "the agent's configuration file")
+	cmd.Flags().BoolVar(&once, "once", false, "poll once, wait for the jobs it started, and exit")
+	return cmd
+}
+
+// runAgent wires the agent from its configuration and runs it.
+func runAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer, once bool) error {
+	a, handler, err := buildAgent(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: handler}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	fmt.Fprintf(stderr, "agent serving /metrics, /healthz, /readyz and the status page on http://%s/\n", ln.Addr())
+	if once {
+		err := a.Poll(ctx)
+		a.Wait()
+		a.Close()
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// buildAgent wires the agent and its HTTP handler from its configuration.
+func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (*agent.Agent, http.Handler, error) {
+	redact := &report.Redactor{}
+	log := slog.New(redactingHandler{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}), redact})
+
+	ghToken, err := readSecretFile(cfg.GitHub.TokenFile, "github.token_file")
+	if err != nil {
+		return nil, nil, err
+	}
+	redact.Add(ghToken)
+	if err := addSecretsDir(redact, cfg.SecretsDir); err != nil {
+		return nil, nil, err
+	}
+	if cfg.Repository.TokenFile != "" {
+		t, err := readSecretFile(cfg.Repository.TokenFile, "repository.token_file")
+		if err != nil {
+			return nil, nil, err
+		}
+		redact.Add(t)
+	}
+
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	repoHTTP, err := httpClient(cfg.Repository.CAFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	repo, err := gitsync.Open(ctx, gitsync.Options{
+		URL: cfg.Repository.URL, Dir: filepath.Join(cfg.DataDir, "repo"), DefaultBranch: cfg.Repository.DefaultBranch,
+		Auth:       gitsync.Auth{TokenFile: cfg.Repository.TokenFile, SSHKeyFile: cfg.Repository.SSHKeyFile, KnownHostsFile: cfg.Repository.KnownHostsFile},
+		HTTPClient: repoHTTP, Logger: log,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	ghHTTP, err := httpClient(cfg.GitHub.CAFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	forge, err := gh.New(gh.Options{
+		APIURL: cfg.GitHub.APIURL, Repo: cfg.GitHub.Repo, Token: ghToken, HTTPClient: ghHTTP,
+		Spacing: cfg.GitHub.MutationSpacing.D(), Redact: redact,
+		Observe: func(req *http.Request, code, remaining int) {
+			m.GitHubRequest(githubOp(req), code)
+			if remaining >= 0 {
+				m.RateLimitRemaining(remaining)
+			}
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	store, progress, err := agentStore(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	a := agent.New(cfg, agent.Deps{Repo: repo, Forge: forge, Runner: &agentRunner{store: store, log: log},
+		Progress: progress, Metrics: m, Redact: redact, Log: log})
+	handler := httpapi.New(httpapi.Options{Metrics: reg, Ready: a.Ready, Status: a.Status, Plan: a.Plan, Logger: log})
+	log.Info("agent ready", "repository", cfg.GitHub.Repo)
+	return a, handler, nil
+}
+
+// agentStore opens the state backend.
+func agentStore(cfg *agent.Config) (state.Store, agent.Progress, error) {
+	if cfg.State.Backend == "kubernetes" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, nil, fmt.Errorf("state.backend kubernetes needs to run in a cluster: %w", err)
+		}
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, nil, err
+		}
+		ks, err := state.NewKubeStore(cs, state.KubeOptions{Namespace: cfg.State.Namespace})
+		if err != nil {
+			return nil, nil, err
+		}
+		return ks, ks, nil
+	}
+	ds := state.NewDirStore(filepath.Join(cfg.DataDir, "state"))
+	return ds, ds, nil
+}
+
+// githubOp names a GitHub request from a fixed set, for metric labels.
+func githubOp(req *http.Request) metrics.GitHubOp {
+	p := req.URL.Path
+	switch {
+	case strings.Contains(p, "/statuses/"):
+		return metrics.OpCreateStatus
+	case strings.Contains(p, "/issues/comments/"):
+		return metrics.OpEditComment
+	case strings.HasSuffix(p, "/comments") && req.Method == http.MethodPost:
+		return metrics.OpCreateComment
+	case strings.HasSuffix(p, "/comments"):
+		return metrics.OpListComments
+	case strings.HasSuffix(p, "/pulls"):
+		return metrics.OpListPulls
+	case strings.Contains(p, "/pulls/"):
+		return metrics.OpGetPull
+	case strings.Contains(p, "/repos/"):
+		return metrics.OpGetRepo
+	}
+	return metrics.OpOther
+}
+
+func readSecretFile(path, key string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", key, err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// addSecretsDir registers every value of every secrets.yaml under dir with
+// the redactor, so no credential can reach a comment, status or log.
+func addSecretsDir(r *report.Redactor, dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && p == dir {
+				return fmt.Errorf("secrets_dir %s does not exist", dir)
+			}
+			return err
+		}
+		if d.IsDir() || filepath.Base(p) != spec.SecretsFile {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("reading the agent's secrets: %w", err)
+		}
+		var v any
+		if err := yaml.Unmarshal(data, &v); err != nil {
+			return fmt.Errorf("reading %s: not valid YAML", p)
+		}
+		r.Add(leaves(v)...)
+		return nil
+	})
+}
+
+func leaves(v any) []string {
+	switch x := v.(type) {
+	case map[string]any:
+		var out []string
+		for _, e := range x {
+			out = append(out, leaves(e)...)
+		}
+		return out
+	case []any:
+		var out []string
+		for _, e := range x {
+			out = append(out, leaves(e)...)
+		}
+		return out
+	case string:
+		return []string{x}
+	}
+	return nil
+}
+
+func httpClient(caFile string) (*http.Client, error) {
+	if caFile == "" {
+		return http.DefaultClient, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("reading the CA bundle %s: %w", caFile, err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the CA bundle %s holds no PEM certificate", caFile)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
+}
+
+// agentRunner runs the engine for the agent, with state in the agent's
+// store and credentials from the agent's secrets directory.
+type agentRunner struct {
+	store state.Store
+	log   *slog.Logger
+}
+
+func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*reconcile.Engine, error) {
+	c, warnings, err := spec.LoadFS(files, cluster, spec.Options{})
+	if err != nil {
+		return nil, err
+	}
+	var infra reconcile.Infra
+	switch c.Provider {
+	case spec.ProviderProxmox:
+		if probs := c.Credentials(); len(probs) > 0 {
+			return nil, fmt.Errorf("credentials of %s in the agent's secrets directory: %s", cluster, probs[0])
+		}
+		p, err := proxmox.New(c, files, r.log)
+		if err != nil {
+			return nil, err
+		}
+		infra = p
+	default:
+		return nil, fmt.Errorf("the %s provider is not implemented yet", c.Provider)
+	}
+	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log}, nil
+}
+
+func (r *agentRunner) Plan(ctx context.Context, cluster string, files fs.FS) (*plan.Plan, error) {
+	e, err := r.engine(cluster, files, nil)
+	if err != nil {
+		return nil, err
+	}
+	return e.Plan(ctx)
+}
+
+func (r *agentRunner) Converge(ctx context.Context, cluster string, files fs.FS, log func(string)) error {
+	e, err := r.engine(cluster, files, lineWriter(log))
+	if err != nil {
+		return err
+	}
+	return e.Converge(ctx)
+}
+
+func (r *agentRunner) Endpoints(cluster string, files fs.FS) ([]string, error) {
+	c, _, err := spec.LoadFS(files, cluster, spec.Options{})
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case c.Proxmox != nil:
+		return []string{c.Proxmox.APIURL()}, nil
+	case c.OpenStack != nil:
+		return []string{c.OpenStack.URL}, nil
+	}
+	return nil, nil
+}
+
+// lineWriter turns writes into calls of f.
+type lineWriter func(string)
+
+func (f lineWriter) Write(p []byte) (int, error) {
+	f(string(p))
+	return len(p), nil
+}
+
+// redactingHandler removes secrets from every log record.
+type redactingHandler struct {
+	slog.Handler
+	r *report.Redactor
+}
+
+func (h redactingHandler) Handle(ctx context.Context, rec slog.Record) error {
+	out := slog.NewRecord(rec.Time, rec.Level, h.r.String(rec.Message), rec.PC)
+	rec.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(slog.String(a.Key, h.r.String(a.Value.String())))
+		return true
+	})
+	return h.Handler.Handle(ctx, out)
+}
+
+func (h redactingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	clean := make([]slog.Attr, len(as))
+	for i, a := range as {
+		clean[i] = slog.String(a.Key, h.r.String(a.Value.String()))
+	}
+	return redactingHandler{h.Handler.WithAttrs(clean), h.r}
+}
+
+func (h redactingHandler) WithGroup(name string) slog.Handler {
+	return redactingHandler{h.Handler.WithGroup(name), h.r}
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/taloscluster/taloscluster/agent"
+	"github.com/taloscluster/taloscluster/lab"
+	"github.com/taloscluster/taloscluster/lab/forge"
+)
+
+// agentWorld is a lab datacenter, a lab forge holding a cluster repository,
+// and an agent configured against both.
+type agentWorld struct {
+	lab     *lab.Lab
+	forge   *forge.Forge
+	repo    *forge.Repo
+	agent   *agent.Agent
+	logs    *syncBuffer
+	secrets []string
+	cluster string // clusters/demo/cluster.yaml as first committed
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const (
+	agentToken   = "ghp_agent0123456789abcdefghijklmnop"
+	aliceToken   = "ghp_alice0123456789abcdefghijklmnop"
+	malloryToken = "ghp_mallory0123456789abcdefghijklmn"
+)
+
+func newAgentWorld(t *testing.T, net string) *agentWorld {
+	t.Helper()
+	l, err := lab.Start(t.Context(), lab.Options{
+		Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix(net)},
+		TaskDuration: -1, BootDelay: 20 * time.Millisecond, InstallDelay: 20 * time.Millisecond,
+		RebootDelay: 20 * time.Millisecond, ReadyDelay: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	f, err := forge.New(forge.Options{Dir: t.TempDir(), Users: []forge.User{
+		{Login: "taloscluster-bot", Token: agentToken}, {Login: "alice", Token: aliceToken}, {Login: "mallory", Token: malloryToken},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(f.Handler())
+	srv.TLS, err = l.CA.ServerTLS("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	repo, err := f.CreateRepo("org", "clusters", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo.Grant("taloscluster-bot", forge.PermissionWrite)
+	repo.Grant("alice", forge.PermissionWrite)
+
+	clusterYAML, err := l.ClusterYAML(lab.Cluster{Name: "demo", Workers: 1, Bridge: "vmbr0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := repo.Commit("main", map[string]string{
+		"clusters/demo/cluster.yaml": clusterYAML,
+		"clusters/demo/ca.pem":       string(l.CA.PEM()),
+		"README.md":                  "clusters\n",
+	}, "add the demo cluster"); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	write := func(rel, body string) string {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("secrets/clusters/demo/secrets.yaml", fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret))
+	cfg := &agent.Config{
+		Repository: agent.Repository{URL: srv.URL + "/org/clusters.git", TokenFile: write("repo-token", agentToken),
+			CAFile: write("ca.pem", string(l.CA.PEM())), PollInterval: agent.Duration(time.Second)},
+		GitHub: agent.GitHub{APIURL: srv.URL + "/", Repo: "org/clusters", TokenFile: write("gh-token", agentToken),
+			CAFile: filepath.Join(dir, "ca.pem"), MutationSpacing: agent.Duration(time.Millisecond)},
+		SecretsDir: filepath.Join(dir, "secrets"), DataDir: filepath.Join(dir, "data"),
+		Concurrency: 4, DriftInterval: agent.Duration(time.Hour), PublicURL: "http://agent.example",
+		State: agent.State{Backend: "dir"}, Listen: "127.0.0.1:0",
+	}
+	cfg.Defaults()
+	logs := &syncBuffer{}
+	a, _, err := buildAgent(t.Context(), cfg, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	return &agentWorld{lab: l, forge: f, repo: repo, agent: a, logs: logs, cluster: clusterYAML,
+		secrets: []string{l.TokenSecret, agentToken, aliceToken, malloryToken}}
+}
+
+// pollUntil polls the agent until cond holds.
+func (w *agentWorld) pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s\nagent log:\n%s", what, w.logs.String())
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		if err := w.agent.Poll(ctx); err != nil {
+			t.Logf("poll: %v", err)
+		}
+		cancel()
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (w *agentWorld) status(sha, context string) string {
+	for _, s := range w.repo.Statuses(sha) { // newest first
+		if s.Context == context {
+			return s.State
+		}
+	}
+	return ""
+}
+
+func TestAgentPlansPullRequestsAndConvergesMerges(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.81.0.0/24")
+	main, err := w.repo.Branch("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Start: the cluster was never converged, so the agent builds it.
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	if n := len(w.lab.PVE.VMs()); n != 4 {
+		t.Fatalf("%d VMs after the first converge, want 4", n)
+	}
+
+	// A pull request that adds a worker gets one plan comment.
+	grown := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
+	head1, err := w.repo.Commit("add-worker", map[string]string{"clusters/demo/cluster.yaml": grown}, "add a worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := w.repo.OpenPR("alice", "add-worker", "main", "Add a worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the plan status", func() bool {
+		return w.status(head1, "taloscluster/plan: clusters/demo") == "success"
+	})
+	comments := w.repo.Comments(pr.Number)
+	if len(comments) != 1 || !strings.Contains(comments[0].Body, "demo-worker-02") {
+		t.Fatalf("plan comments: %+v", comments)
+	}
+
+	// A second push updates the same comment.
+	head2, err := w.repo.Commit("add-worker", map[string]string{"clusters/demo/notes.txt": "why\n"}, "explain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the plan of the second push", func() bool {
+		return w.status(head2, "taloscluster/plan: clusters/demo") == "success"
+	})
+	if comments := w.repo.Comments(pr.Number); len(comments) != 1 || !strings.Contains(comments[0].Body, head2[:10]) {
+		t.Fatalf("after a push: %d comments (want exactly 1, updated)", len(comments))
+	}
+
+	// The merge is converged at exactly the merge commit.
+	merge, err := w.repo.Merge(pr.Number, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the converge of the merge", func() bool {
+		return w.status(merge, "taloscluster/converge: clusters/demo") == "success"
+	})
+	if n := len(w.lab.PVE.VMs()); n != 5 {
+		t.Fatalf("%d VMs after the merge, want 5", n)
+	}
+	found := false
+	for _, c := range w.repo.Comments(pr.Number) {
+		found = found || strings.Contains(c.Body, "taloscluster converge")
+	}
+	if !found {
+		t.Fatal("no converge comment on the merged pull request")
+	}
+
+	// An untrusted author's pull request is not planned.
+	evil, err := w.repo.Commit("evil", map[string]string{"clusters/demo/cluster.yaml": grown + "# x\n"}, "evil")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := w.repo.OpenPR("mallory", "evil", "main", "Please merge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the untrusted status", func() bool { return w.status(evil, "taloscluster/plan") == "failure" })
+	if len(w.repo.Comments(bad.Number)) != 0 {
+		t.Fatal("an untrusted pull request got a plan comment")
+	}
+
+	// No secret reached a comment, a status or the log.
+	var out strings.Builder
+	for _, n := range []int{pr.Number, bad.Number} {
+		for _, c := range w.repo.Comments(n) {
+			out.WriteString(c.Body)
+		}
+	}
+	for _, sha := range []string{main, head1, head2, merge, evil} {
+		for _, s := range w.repo.Statuses(sha) {
+			out.WriteString(s.Description + s.TargetURL + s.Context)
+		}
+	}
+	out.WriteString(w.logs.String())
+	for _, s := range w.secrets {
+		if strings.Contains(out.String(), s) {
+			t.Fatalf("a secret leaked into comments, statuses or logs")
+		}
+	}
+}
+
