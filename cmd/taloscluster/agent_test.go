@@ -252,4 +252,3 @@ func TestAgentPlansPullRequestsAndConvergesMerges(t *testing.T) {
 		}
 	}
 }
-
