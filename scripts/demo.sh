@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 bin=bin
 work=$(mktemp -d "${TMPDIR:-/tmp}/taloslab.XXXXXX")
 lab_pid=""
+agent_pid=""
 cleanup() {
+	if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null || true; wait "$agent_pid" 2>/dev/null || true; fi
 	if [ -n "$lab_pid" ]; then kill "$lab_pid" 2>/dev/null || true; wait "$lab_pid" 2>/dev/null || true; fi
 	rm -rf "$work"
 }
@@ -44,7 +46,13 @@ echo
 echo "== taloscluster plan (after converge: nothing to do)"
 "$bin/taloscluster" plan -C "$cluster"
 echo
-if command -v curl >/dev/null; then
-	echo "== the lab's control API: $TALOSLAB_CONTROL_URL/lab/v1/world (etcd members)"
-	curl -fsS "$TALOSLAB_CONTROL_URL/lab/v1/world" | grep -A4 '"etcd_members"' | head -n 5
+echo
+echo "== GitOps: the agent against the lab forge ($TALOSLAB_REPO)"
+sed -n '/^repository:/,$p' "$TALOSLAB_AGENT_CONFIG"
+"$bin/taloscluster" agent --config "$TALOSLAB_AGENT_CONFIG" > "$work/agent.log" 2>&1 &
+agent_pid=$!
+if ! "$bin/taloslab" demo-gitops --dir "$work"; then
+	echo "== agent log"; cat "$work/agent.log"; exit 1
 fi
+echo
+echo "== the agent's status page: $TALOSLAB_AGENT_URL/ ; the lab's control API: $TALOSLAB_CONTROL_URL/lab/v1/"

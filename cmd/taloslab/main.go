@@ -37,9 +37,12 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "demo-gitops" {
+		return demoGitOps(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "up" {
-		fmt.Fprintln(stderr, "usage: taloslab up --dir DIR [flags]")
-		return errors.New("unknown command; the only command is up")
+		fmt.Fprintln(stderr, "usage: taloslab up --dir DIR [flags]\n       taloslab demo-gitops --dir DIR")
+		return errors.New("unknown command; commands: up, demo-gitops")
 	}
 	fs := flag.NewFlagSet("taloslab up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -78,7 +81,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 	defer control.Close()
 	controlURL := "http://" + ln.Addr().String()
 
-	if err := writeLabFiles(*dir, l, controlURL); err != nil {
+	gitops, err := startForge(*dir, l, log)
+	if err != nil {
+		return err
+	}
+	defer gitops.close()
+	if err := writeLabFiles(*dir, l, controlURL, gitops); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.FactoryURL, controlURL)
@@ -90,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 
 // writeLabFiles writes the CA, the example clusters and, last, lab.env, so
 // a script can wait for lab.env to know the lab is ready.
-func writeLabFiles(dir string, l *lab.Lab, controlURL string) error {
+func writeLabFiles(dir string, l *lab.Lab, controlURL string, g *gitopsLab) error {
 	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -109,6 +117,13 @@ export TALOSLAB_FACTORY_URL=%q
 export TALOSLAB_CONTROL_URL=%q
 export TALOSLAB_CA=%q
 export TALOSLAB_EXAMPLES=%q
-`, l.PVEURL, l.TokenID, l.TokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"))
+export TALOSLAB_GITHUB_API=%q
+export TALOSLAB_GITHUB_TOKEN=%q
+export TALOSLAB_REPO=%q
+export TALOSLAB_GIT_URL=%q
+export TALOSLAB_AGENT_CONFIG=%q
+export TALOSLAB_AGENT_URL=%q
+`, l.PVEURL, l.TokenID, l.TokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
+		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL)
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
 }
