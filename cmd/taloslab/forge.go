@@ -65,7 +65,7 @@ func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
 		return nil, err
 	}
 	if _, err := repo.Commit("main", map[string]string{
-		"README.md":                   "# clusters\n\nOne directory per cluster; the taloscluster agent plans pull requests and converges merges.\n",
+		"README.md":                    "# clusters\n\nOne directory per cluster; the taloscluster agent plans pull requests and converges merges.\n",
 		"clusters/gitops/cluster.yaml": cluster,
 		"clusters/gitops/ca.pem":       string(l.CA.PEM()),
 	}, "Add the gitops cluster"); err != nil {
@@ -94,8 +94,8 @@ func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
 		userToken: userToken, agentURL: fmt.Sprintf("http://127.0.0.1:%d", agentPort)}
 	adir := filepath.Join(dir, "agent")
 	files := map[string]string{
-		"github-token": botToken,
-		"ca.pem":       string(l.CA.PEM()),
+		"github-token":                         botToken,
+		"ca.pem":                               string(l.CA.PEM()),
 		"secrets/clusters/gitops/secrets.yaml": fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret),
 	}
 	for name, body := range files {
