@@ -389,7 +389,12 @@ func (a *Agent) planPR(ctx context.Context, p gh.PR, base string, clusters []str
 	}
 	header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
 	if err := a.forge.UpsertComments(ctx, p.Number, gh.Compose(header, sections, 0)); err != nil {
-		a.log.Error("posting the plan comment", "pr", p.Number, "error", a.redact.String(err.Error()))
+		a.log.Error("posting the plan comment; the next poll tries again", "pr", p.Number, "error", a.redact.String(err.Error()))
+		a.mu.Lock()
+		if a.planned[p.Number] == p.Head {
+			delete(a.planned, p.Number)
+		}
+		a.mu.Unlock()
 	}
 }
 

@@ -28,6 +28,7 @@ type agentWorld struct {
 	logs    *syncBuffer
 	secrets []string
 	cluster string // clusters/demo/cluster.yaml as first committed
+	cfg     *agent.Config
 }
 
 type syncBuffer struct {
@@ -124,7 +125,7 @@ func newAgentWorld(t *testing.T, net string) *agentWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	return &agentWorld{lab: l, forge: f, repo: repo, agent: a, logs: logs, cluster: clusterYAML,
+	return &agentWorld{lab: l, forge: f, repo: repo, agent: a, logs: logs, cluster: clusterYAML, cfg: cfg,
 		secrets: []string{l.TokenSecret, agentToken, aliceToken, malloryToken}}
 }
 
@@ -249,6 +250,129 @@ func TestAgentPlansPullRequestsAndConvergesMerges(t *testing.T) {
 	for _, s := range w.secrets {
 		if strings.Contains(out.String(), s) {
 			t.Fatalf("a secret leaked into comments, statuses or logs")
+		}
+	}
+}
+
+// restart replaces the agent with a new one on the same data directory, as
+// after a crash or a rollout.
+func (w *agentWorld) restart(t *testing.T) {
+	t.Helper()
+	w.agent.Close()
+	a, _, err := buildAgent(t.Context(), w.cfg, w.logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	w.agent = a
+}
+
+func TestAgentSurvivesGitHubFaultsWithoutDuplicates(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.82.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	grown := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
+	head, err := w.repo.Commit("grow", map[string]string{"clusters/demo/cluster.yaml": grown}, "grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := w.repo.OpenPR("alice", "grow", "main", "Grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.forge.Fail("comments.create", 1, 502)
+	w.forge.Fail("statuses.create", 2, 502)
+	w.forge.SecondaryRateLimit("comments.list", 1, time.Second)
+	w.pollUntil(t, "a plan comment despite the faults", func() bool {
+		return len(w.repo.Comments(pr.Number)) > 0 && w.status(head, "taloscluster/plan: clusters/demo") == "success"
+	})
+	// More polls must not add a second comment.
+	for i := 0; i < 3; i++ {
+		if err := w.agent.Poll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.agent.Wait()
+	if n := len(w.repo.Comments(pr.Number)); n != 1 {
+		t.Fatalf("%d plan comments after the faults, want exactly 1", n)
+	}
+}
+
+func TestAgentRefusesForksAndIgnoresRepositoryConfig(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.83.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	fork, err := w.forge.CreateFork("org", "clusters", "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forkHead, err := fork.Commit("steal", map[string]string{
+		"clusters/demo/cluster.yaml": strings.Replace(w.cluster, "count: 1\n", "count: 9\n", 1),
+		// An agent configuration in the repository is only data.
+		"agent.yaml": "github:\n  allowed_authors: [mallory]\nself_heal: true\n",
+	}, "steal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := w.repo.OpenPR("mallory", "mallory:steal", "main", "Innocent change")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the fork refusal", func() bool { return w.status(forkHead, "taloscluster/plan") == "failure" })
+	if len(w.repo.Comments(pr.Number)) != 0 {
+		t.Fatal("a fork pull request was planned")
+	}
+	if n := len(w.lab.PVE.VMs()); n != 4 {
+		t.Fatalf("%d VMs; a fork pull request changed the cluster", n)
+	}
+}
+
+func TestAgentResumesAfterRestartMidConverge(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.84.0.0/24")
+	main, _ := w.repo.Branch("main")
+	// Slow VM creation down so the agent can be stopped mid-converge.
+	w.lab.PVE.SetLatency("qemu.create", 300*time.Millisecond)
+	if err := w.agent.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		created := 0
+		for _, op := range w.lab.PVE.Log() {
+			if op.Name == "qemu.create" && op.Status < 300 {
+				created++
+			}
+		}
+		if created >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the converge never started creating VMs")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	w.restart(t) // the old agent's converge is cancelled mid-way
+	w.lab.PVE.SetLatency("qemu.create", 0)
+	w.pollUntil(t, "the resumed converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	names := map[string]int{}
+	for _, v := range w.lab.PVE.VMs() {
+		names[v.Name]++
+	}
+	if len(names) != 4 {
+		t.Fatalf("VMs after the resumed converge: %v, want the 4 machines once each", names)
+	}
+	for n, c := range names {
+		if c != 1 {
+			t.Fatalf("%s exists %d times", n, c)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -86,7 +87,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for try := 1; ; try++ {
 		r, err := t.attempt(req, etagged)
 		if err != nil {
-			if try >= attempts || !retryable(req.Method) || req.Context().Err() != nil {
+			if try >= attempts || !retryable(req) || req.Context().Err() != nil {
 				return nil, err
 			}
 			if err := sleep(req.Context(), jitter(backoff)); err != nil {
@@ -116,7 +117,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return nil, err
 			}
 			continue
-		case r.StatusCode >= 500 && retryable(req.Method) && try < attempts:
+		case r.StatusCode >= 500 && retryable(req) && try < attempts:
 			r.Body.Close()
 			if err := sleep(req.Context(), jitter(backoff)); err != nil {
 				return nil, err
@@ -182,9 +183,17 @@ func mutating(m string) bool {
 	return m == http.MethodPost || m == http.MethodPatch || m == http.MethodPut || m == http.MethodDelete
 }
 
-// retryable: requests whose repetition cannot duplicate anything.
-func retryable(m string) bool {
-	return m == http.MethodGet || m == http.MethodHead || m == http.MethodPatch || m == http.MethodPut
+// retryable: requests whose repetition cannot duplicate anything. Setting
+// the same commit status twice only repeats it; creating a comment twice
+// would duplicate it, so comment creation is not retried here.
+func retryable(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPatch, http.MethodPut:
+		return true
+	case http.MethodPost:
+		return strings.Contains(req.URL.Path, "/statuses/")
+	}
+	return false
 }
 
 // rateLimitWait reads how long GitHub asks to wait: Retry-After, or the
