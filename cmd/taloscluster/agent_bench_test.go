@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/taloscluster/taloscluster/agent"
+	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/lab/forge"
+	"github.com/taloscluster/taloscluster/lab/labca"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/state"
+	gh "github.com/taloscluster/taloscluster/report/github"
+)
+
+// emptyRunner plans nothing: the benchmarks measure the agent's loop, not
+// the engine.
+type emptyRunner struct{}
+
+func (emptyRunner) Plan(context.Context, string, fs.FS) (*plan.Plan, error) {
+	return plan.New("bench"), nil
+}
+func (emptyRunner) Converge(context.Context, string, fs.FS, func(string)) error { return nil }
+func (emptyRunner) Endpoints(string, fs.FS) ([]string, error)                   { return nil, nil }
+
+// countingConn counts the bytes a connection reads and writes.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+type benchWorld struct {
+	forge   *forge.Forge
+	repo    *forge.Repo
+	agent   *agent.Agent
+	gitWire *atomic.Int64
+}
+
+// newBenchWorld builds a repository with clusters cluster directories and
+// prs open pull requests, and an agent that is up to date with all of it.
+func newBenchWorld(b *testing.B, clusters, prs int) *benchWorld {
+	b.Helper()
+	ca, err := labca.New("bench CA")
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := forge.New(forge.Options{Dir: b.TempDir(), RateLimit: 1 << 30, Users: []forge.User{{Login: "bot", Token: "ghp_benchbot0123456789"}, {Login: "alice", Token: "ghp_benchalice0123456789"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(f.Handler())
+	if srv.TLS, err = ca.ServerTLS("127.0.0.1"); err != nil {
+		b.Fatal(err)
+	}
+	srv.StartTLS()
+	b.Cleanup(srv.Close)
+	repo, err := f.CreateRepo("org", "clusters", "main")
+	if err != nil {
+		b.Fatal(err)
+	}
+	repo.Grant("bot", forge.PermissionWrite)
+	repo.Grant("alice", forge.PermissionWrite)
+	files := map[string]string{}
+	var dirs []string
+	for i := range clusters {
+		d := fmt.Sprintf("clusters/c%04d", i)
+		dirs = append(dirs, d)
+		files[d+"/cluster.yaml"] = fmt.Sprintf("name: c%04d\n", i)
+	}
+	main, err := repo.Commit("main", files, "many clusters")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range prs {
+		branch := fmt.Sprintf("pr%d", i)
+		if _, err := repo.Commit(branch, map[string]string{dirs[i] + "/cluster.yaml": fmt.Sprintf("name: c%04d\n# change\n", i)}, "change"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := repo.OpenPR("alice", branch, "main", "change "+branch); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	dir := b.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("ghp_benchbot0123456789"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	wire := &atomic.Int64{}
+	tr := &http.Transport{TLSClientConfig: nil, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingConn{c, wire}, nil
+	}}
+	tr.TLSClientConfig = mustTLS(b, ca)
+	ctx := context.Background()
+	grepo, err := gitsync.Open(ctx, gitsync.Options{URL: srv.URL + "/org/clusters.git", Dir: filepath.Join(dir, "repo"),
+		Auth: gitsync.Auth{TokenFile: tokenFile}, HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	client, err := gh.New(gh.Options{APIURL: srv.URL + "/", Repo: "org/clusters", Token: "ghp_benchbot0123456789",
+		HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: mustTLS(b, ca)}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := state.NewDirStore(filepath.Join(dir, "state"))
+	for _, d := range dirs {
+		if err := store.SetLastConverged(ctx, d, main); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := &agent.Config{Repository: agent.Repository{URL: "x", DefaultBranch: "main"}, GitHub: agent.GitHub{Repo: "org/clusters", TokenFile: tokenFile},
+		SecretsDir: dir, DataDir: dir}
+	cfg.Defaults()
+	a := agent.New(cfg, agent.Deps{Repo: grepo, Forge: client, Runner: emptyRunner{}, Progress: store, Log: nil})
+	b.Cleanup(a.Close)
+	// The first poll plans every open pull request; later ones are idle.
+	if err := a.Poll(ctx); err != nil {
+		b.Fatal(err)
+	}
+	a.Wait()
+	return &benchWorld{forge: f, repo: repo, agent: a, gitWire: wire}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkIdlePoll measures one poll with nothing new, on a repository of
+// 1,000 cluster directories and 50 open pull requests: time, CPU, bytes
+// of git traffic and GitHub requests per poll.
+func BenchmarkIdlePoll(b *testing.B) {
+	w := newBenchWorld(b, 1000, 50)
+	ctx := context.Background()
+	requests := len(w.forge.Log())
+	w.gitWire.Store(0)
+	cpu := cpuTime()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := w.agent.Poll(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N)/1e6, "cpu-ms/poll")
+	b.ReportMetric(float64(w.gitWire.Load())/float64(b.N), "git-bytes/poll")
+	b.ReportMetric(float64(len(w.forge.Log())-requests)/float64(b.N), "github-requests/poll")
+}
+
+// BenchmarkPushToPlanComment measures the time from a push to a pull
+// request's head until its plan comment is there, with the poll made at
+// once (the poll interval adds to it in production).
+func BenchmarkPushToPlanComment(b *testing.B) {
+	w := newBenchWorld(b, 100, 1)
+	ctx := context.Background()
+	pr := w.repo.PRs()[0]
+	for i := 0; b.Loop(); i++ {
+		before := w.repo.Comments(pr.Number)
+		prev := ""
+		if len(before) > 0 {
+			prev = before[0].Body
+		}
+		if _, err := w.repo.Commit(pr.HeadRef, map[string]string{"clusters/c0000/notes.txt": fmt.Sprint(i)}, "push"); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			if err := w.agent.Poll(ctx); err != nil {
+				b.Fatal(err)
+			}
+			w.agent.Wait()
+			if cs := w.repo.Comments(pr.Number); len(cs) == 1 && cs[0].Body != prev {
+				break
+			}
+		}
+	}
+}
+
+
+func mustTLS(b *testing.B, ca *labca.CA) *tls.Config {
+	b.Helper()
+	return &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
+}
