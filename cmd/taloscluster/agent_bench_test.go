@@ -203,7 +203,6 @@ func BenchmarkPushToPlanComment(b *testing.B) {
 	}
 }
 
-
 func mustTLS(b *testing.B, ca *labca.CA) *tls.Config {
 	b.Helper()
 	return &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
