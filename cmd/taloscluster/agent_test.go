@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -25,6 +26,7 @@ type agentWorld struct {
 	forge   *forge.Forge
 	repo    *forge.Repo
 	agent   *agent.Agent
+	http    http.Handler
 	logs    *syncBuffer
 	secrets []string
 	cluster string // clusters/demo/cluster.yaml as first committed
@@ -120,12 +122,12 @@ func newAgentWorld(t *testing.T, net string) *agentWorld {
 	}
 	cfg.Defaults()
 	logs := &syncBuffer{}
-	a, _, err := buildAgent(t.Context(), cfg, logs)
+	a, handler, err := buildAgent(t.Context(), cfg, logs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	return &agentWorld{lab: l, forge: f, repo: repo, agent: a, logs: logs, cluster: clusterYAML, cfg: cfg,
+	return &agentWorld{lab: l, forge: f, repo: repo, agent: a, http: handler, logs: logs, cluster: clusterYAML, cfg: cfg,
 		secrets: []string{l.TokenSecret, agentToken, aliceToken, malloryToken}}
 }
 
@@ -247,6 +249,14 @@ func TestAgentPlansPullRequestsAndConvergesMerges(t *testing.T) {
 		}
 	}
 	out.WriteString(w.logs.String())
+	for _, page := range []string{"/metrics", "/", "/readyz"} {
+		rec := httptest.NewRecorder()
+		w.http.ServeHTTP(rec, httptest.NewRequest("GET", page, nil))
+		out.WriteString(rec.Body.String())
+		if page == "/metrics" && !strings.Contains(rec.Body.String(), `taloscluster_runs_total{kind="converge",result="success"} 2`) {
+			t.Errorf("metrics lack the two converges:\n%s", rec.Body.String())
+		}
+	}
 	for _, s := range w.secrets {
 		if strings.Contains(out.String(), s) {
 			t.Fatalf("a secret leaked into comments, statuses or logs")
