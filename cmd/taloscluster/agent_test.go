@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -269,12 +270,12 @@ func TestAgentPlansPullRequestsAndConvergesMerges(t *testing.T) {
 func (w *agentWorld) restart(t *testing.T) {
 	t.Helper()
 	w.agent.Close()
-	a, _, err := buildAgent(t.Context(), w.cfg, w.logs)
+	a, handler, err := buildAgent(t.Context(), w.cfg, w.logs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	w.agent = a
+	w.agent, w.http = a, handler
 }
 
 func TestAgentSurvivesGitHubFaultsWithoutDuplicates(t *testing.T) {
@@ -385,4 +386,31 @@ func TestAgentResumesAfterRestartMidConverge(t *testing.T) {
 			t.Fatalf("%s exists %d times", n, c)
 		}
 	}
+}
+
+func TestAgentDetectsDrift(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.85.0.0/24")
+	w.cfg.DriftInterval = agent.Duration(100 * time.Millisecond)
+	w.restart(t)
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	// Someone stops a VM behind the agent's back.
+	vm := w.lab.PVE.VMs()[0]
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost,
+		fmt.Sprintf("%s/api2/json/nodes/%s/qemu/%d/status/stop", w.lab.PVEURL, vm.Node, vm.ID), nil)
+	req.Header.Set("Authorization", "PVEAPIToken="+w.lab.TokenID+"="+w.lab.TokenSecret)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	w.pollUntil(t, "drift", func() bool {
+		rec := httptest.NewRecorder()
+		w.http.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return strings.Contains(rec.Body.String(), `taloscluster_cluster_drift{cluster="clusters/demo"} 1`)
+	})
 }
