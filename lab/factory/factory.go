@@ -117,36 +117,43 @@ func (s *Server) takeFail(op string) int {
 	return rules[0].status
 }
 
+// recorder notes the status of an answer and logs the request before the
+// answer goes out, so a client never sees an answer the log lacks.
 type recorder struct {
 	http.ResponseWriter
 	status int
+	logged func(status int)
+}
+
+func (w *recorder) note(code int) {
+	if w.status == 0 {
+		w.status = code
+		w.logged(code)
+	}
 }
 
 func (w *recorder) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
+	w.note(code)
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *recorder) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.note(http.StatusOK)
 	return w.ResponseWriter.Write(b)
 }
 
 var imagePathRE = regexp.MustCompile(`^/image/([0-9a-f]{64})/([^/]+)/([^/]+)$`)
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	rec := &recorder{ResponseWriter: w}
 	entry := Request{Time: time.Now(), Op: "unknown", Method: r.Method, Path: r.URL.Path}
-	defer func() {
-		entry.Status = rec.status
+	rec := &recorder{ResponseWriter: w, logged: func(status int) {
+		entry.Status = status
 		s.mu.Lock()
 		s.log = append(s.log, entry)
 		s.mu.Unlock()
-	}()
+	}}
+	// A handler that wrote nothing answered 200.
+	defer rec.note(http.StatusOK)
 
 	switch {
 	case r.URL.Path == "/schematics":

@@ -200,7 +200,16 @@ func (f *Forge) apiRoutes() []route {
 // rate-limit headers and, for GET, an ETag.
 func (f *Forge) serveAPI(w http.ResponseWriter, r *http.Request, rt *route, params map[string]string, prefix string) {
 	rec := Request{Time: time.Now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Op: rt.op}
-	defer func() { f.record(rec) }()
+	// The request is logged before its answer goes out (so a client never
+	// sees an answer the log lacks), or on return when it got none.
+	logged := false
+	logNow := func() {
+		if !logged {
+			logged = true
+			f.record(rec)
+		}
+	}
+	defer logNow()
 	reqID := fmt.Sprintf("F0%05X:%06X", f.requestSeq(), time.Now().UnixNano()&0xffffff)
 	w.Header().Set("X-GitHub-Request-Id", reqID)
 	w.Header().Set("X-GitHub-Media-Type", "github.v3; format=json")
@@ -217,6 +226,7 @@ func (f *Forge) serveAPI(w http.ResponseWriter, r *http.Request, rt *route, para
 		setRateHeaders(w.Header(), anonymousRateLimit, f.anon)
 		f.mu.Unlock()
 		rec.Status = http.StatusUnauthorized
+		logNow()
 		writeJSON(w, rec.Status, apiError{Message: refusal, DocumentationURL: docsURL})
 		return
 	}
@@ -295,6 +305,7 @@ func (f *Forge) serveAPI(w http.ResponseWriter, r *http.Request, rt *route, para
 		h[k] = v
 	}
 	rec.Status = status
+	logNow()
 	if body == nil {
 		w.WriteHeader(status)
 		return

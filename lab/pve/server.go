@@ -263,23 +263,33 @@ func (s *Server) SetNodeOnline(name string, online bool) {
 
 type ctxKey struct{}
 
+// statusWriter notes an answer's status and logs the request before the
+// answer goes out, so a client never sees an answer the log lacks.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	msg    string
+	logged bool
+	log    func()
 }
 
-func (w *statusWriter) WriteHeader(code int) {
+func (w *statusWriter) note(code int) {
 	if w.status == 0 {
 		w.status = code
 	}
+	if !w.logged {
+		w.logged = true
+		w.log()
+	}
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.note(code)
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
+	w.note(http.StatusOK)
 	return w.ResponseWriter.Write(b)
 }
 
@@ -290,13 +300,20 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &Op{Time: time.Now(), Method: r.Method, Path: path, Query: r.URL.RawQuery}
 	sw := &statusWriter{ResponseWriter: w}
-	defer func() {
+	sw.log = func() {
 		rec.Status = sw.status
 		rec.Message = sw.msg
 		s.mu.Lock()
 		s.log = append(s.log, *rec)
 		s.mu.Unlock()
 		s.logger.Debug("pve request", "method", rec.Method, "path", rec.Path, "op", rec.Name, "status", rec.Status)
+	}
+	// A hung request that never answered is logged with status 0.
+	defer func() {
+		if !sw.logged {
+			sw.logged = true
+			sw.log()
+		}
 	}()
 
 	if !strings.HasPrefix(r.URL.Path, apiPrefix+"/") {
