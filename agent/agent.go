@@ -46,8 +46,9 @@ type Forge interface {
 type Runner interface {
 	// Plan plans a cluster read from files, changing nothing.
 	Plan(ctx context.Context, cluster string, files fs.FS) (*plan.Plan, error)
-	// Converge makes the cluster match files; progress lines go to log.
-	Converge(ctx context.Context, cluster string, files fs.FS, log func(string)) error
+	// Converge makes the cluster match files at commit; progress lines go
+	// to log.
+	Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string)) error
 	// Endpoints returns the provider endpoints a cluster sends credentials
 	// to, for the pull-request endpoint policy.
 	Endpoints(cluster string, files fs.FS) ([]string, error)
@@ -269,7 +270,7 @@ func (a *Agent) runMutation(ctx context.Context, j Job) {
 	_ = a.forge.SetStatus(ctx, j.Commit, statusCtx, gh.StatePending, "converging", a.link(""))
 	var lines []string
 	err := a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
-		return a.runner.Converge(ctx, j.Cluster, files, func(s string) { lines = append(lines, s) })
+		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, func(s string) { lines = append(lines, s) })
 	})
 	result := metrics.ResultSuccess
 	state, desc := gh.StateSuccess, "converged"

@@ -44,6 +44,12 @@ type Engine struct {
 	// the cluster in it (its path in the repository).
 	State state.Store
 	Key   string
+	// Journal, when set, records every provider mutation before it is
+	// made and its outcome after, so a run that was interrupted is seen by
+	// the next one (which finds the resources by looking them up).
+	Journal Journal
+	// Commit is the commit the run works from, for the journal.
+	Commit string
 	Infra Infra
 	// Progress receives one human line per step; nil discards them.
 	Progress io.Writer
@@ -192,6 +198,9 @@ func (e *Engine) Converge(ctx context.Context) error {
 
 	// validate: every refusal is found before the first mutation.
 	e.say(plan.PhaseValidate, "checking credentials and the provider")
+	if err := e.interrupted(ctx); err != nil {
+		return err
+	}
 	if probs := e.Cluster.Credentials(); len(probs) > 0 {
 		msgs := make([]string, len(probs))
 		for i, pr := range probs {
@@ -299,7 +308,15 @@ func (e *Engine) Converge(ctx context.Context) error {
 	return nil
 }
 
-// runPhase plans one provider phase and applies its changes in order.
+// Journal records the intent of mutations (state.Journal).
+type Journal interface {
+	Begin(ctx context.Context, cluster string, e state.Entry) (string, error)
+	Done(ctx context.Context, cluster, id string, err error) error
+	Open(ctx context.Context, cluster string) ([]state.Entry, error)
+}
+
+// runPhase plans one provider phase and applies its changes in order, each
+// recorded in the journal before it is made.
 func (e *Engine) runPhase(ctx context.Context, phase plan.Phase, want *Desired, inv Inventory) error {
 	changes, err := e.Infra.Plan(ctx, phase, want, inv)
 	if err != nil {
@@ -310,8 +327,40 @@ func (e *Engine) runPhase(ctx context.Context, phase plan.Phase, want *Desired, 
 	}
 	for _, ch := range changes {
 		e.say(phase, "%s %s %s", ch.Action.Symbol(), ch.Resource.Kind, ch.Resource.Name)
-		if err := e.Infra.Apply(ctx, want, ch); err != nil {
+		id := ""
+		if e.Journal != nil {
+			if id, err = e.Journal.Begin(ctx, e.Key, state.Entry{Op: string(ch.Action) + " " + string(ch.Resource.Kind), Target: ch.Resource.Name, Commit: e.Commit}); err != nil {
+				return fmt.Errorf("recording the intent to %s %s: %w", ch.Action, ch.Resource, err)
+			}
+		}
+		err := e.Infra.Apply(ctx, want, ch)
+		if e.Journal != nil {
+			if jerr := e.Journal.Done(context.WithoutCancel(ctx), e.Key, id, err); jerr != nil && err == nil {
+				err = fmt.Errorf("recording the outcome: %w", jerr)
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("%s: %s %s: %w", phase, ch.Action, ch.Resource, err)
+		}
+	}
+	return nil
+}
+
+// interrupted reports the mutations an earlier run began and never
+// finished: their outcome is unknown, so this run looks the resources up
+// (as it always does) rather than assuming either way.
+func (e *Engine) interrupted(ctx context.Context) error {
+	if e.Journal == nil {
+		return nil
+	}
+	open, err := e.Journal.Open(ctx, e.Key)
+	if err != nil {
+		return fmt.Errorf("reading the run journal: %w", err)
+	}
+	for _, en := range open {
+		e.say(plan.PhaseValidate, "an earlier run was interrupted during %s %s (started %s): looking it up", en.Op, en.Target, en.Started.Format(time.RFC3339))
+		if err := e.Journal.Done(ctx, e.Key, en.ID, errors.New("interrupted; resumed by a later run")); err != nil {
+			return err
 		}
 	}
 	return nil

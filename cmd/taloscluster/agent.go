@@ -302,10 +302,13 @@ func (r *agentRunner) Plan(ctx context.Context, cluster string, files fs.FS) (*p
 	return e.Plan(ctx)
 }
 
-func (r *agentRunner) Converge(ctx context.Context, cluster string, files fs.FS, log func(string)) error {
+func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string)) error {
 	e, err := r.engine(cluster, files, lineWriter(log))
 	if err != nil {
 		return err
+	}
+	if j, ok := r.store.(reconcile.Journal); ok {
+		e.Journal, e.Commit = j, commit
 	}
 	return e.Converge(ctx)
 }

@@ -336,3 +336,40 @@ func TestMissingKubeconfigIsRecoveredNotBootstrapped(t *testing.T) {
 		t.Fatalf("%d Bootstrap calls; a recovered cluster must not be bootstrapped again", bootstraps)
 	}
 }
+
+func TestInterruptedRunIsReported(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "journal", 0)
+	store := state.NewDirStore(t.TempDir())
+	// A run that died after recording its intent and before finishing.
+	if _, err := store.Begin(t.Context(), "journal", state.Entry{Op: "create machine", Target: "journal-controlplane-01"}); err != nil {
+		t.Fatal(err)
+	}
+	e := w.engine(t)
+	e.State, e.Journal = store, store
+	var out strings.Builder
+	e.Progress = &out
+	if err := e.Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "interrupted during create machine journal-controlplane-01") {
+		t.Fatalf("the interrupted intent is not reported:\n%s", out.String())
+	}
+	open, err := store.Open(t.Context(), "journal")
+	if err != nil || len(open) != 0 {
+		t.Fatalf("open journal entries after a converge: %v, %v", open, err)
+	}
+	entries, err := store.Entries(t.Context(), "journal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	creates := 0
+	for _, en := range entries {
+		if en.Op == "create machine" && en.Error == "" {
+			creates++
+		}
+	}
+	if creates != 3 {
+		t.Fatalf("%d finished machine creates in the journal, want 3", creates)
+	}
+}
