@@ -50,7 +50,7 @@ type Engine struct {
 	Journal Journal
 	// Commit is the commit the run works from, for the journal.
 	Commit string
-	Infra Infra
+	Infra  Infra
 	// Progress receives one human line per step; nil discards them.
 	Progress io.Writer
 	Log      *slog.Logger
