@@ -239,12 +239,37 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 		}
 	}
 	a.mu.Unlock()
+	var mergedPR int
+	if len(affected) > 0 && prev != "" {
+		if pr, ok, err := a.forge.MergedPR(ctx, head); err == nil && ok {
+			mergedPR = pr
+		}
+	}
 	for _, d := range affected {
 		a.log.Info("converge queued", "cluster", d, "commit", head)
-		_ = a.forge.SetStatus(ctx, head, gh.StatusContext("converge", d), gh.StatePending, "queued", a.link(""))
+		desc := "queued"
+		if running := a.runningCommit(d); running != "" {
+			desc = "queued behind the converge of " + short(running)
+			if mergedPR != 0 {
+				_ = a.forge.Comment(ctx, mergedPR, fmt.Sprintf("**taloscluster:** `%s` is being converged to `%s` right now; this merge is queued behind that run and will be converged next (together with any later merge).", d, short(running)))
+			}
+		}
+		_ = a.forge.SetStatus(ctx, head, gh.StatusContext("converge", d), gh.StatePending, desc, a.link(""))
 		a.sched.Mutate(Job{Kind: KindConverge, Cluster: d, Commit: head})
 	}
 	return nil
+}
+
+// runningCommit returns the commit of the mutating job running on a
+// cluster, or "".
+func (a *Agent) runningCommit(cluster string) string {
+	running, _ := a.sched.Queue()
+	for _, j := range running {
+		if j.Cluster == cluster && j.Kind != KindPlan {
+			return j.Commit
+		}
+	}
+	return ""
 }
 
 // removed reports a cluster directory deleted on the default branch:

@@ -414,3 +414,74 @@ func TestAgentDetectsDrift(t *testing.T) {
 		return strings.Contains(rec.Body.String(), `taloscluster_cluster_drift{cluster="clusters/demo"} 1`)
 	})
 }
+
+func TestAgentCoalescesMergesWhileBusy(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.86.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	merge := func(branch string, files map[string]string) string {
+		t.Helper()
+		if _, err := w.repo.Commit(branch, files, branch); err != nil {
+			t.Fatal(err)
+		}
+		pr, err := w.repo.OpenPR("alice", branch, "main", branch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sha, err := w.repo.Merge(pr.Number, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sha
+	}
+	// The first merge grows the cluster; VM creation is slowed down so
+	// the next merges arrive while the cluster is busy.
+	w.lab.PVE.SetLatency("qemu.create", 1500*time.Millisecond)
+	m1 := merge("grow", map[string]string{"clusters/demo/cluster.yaml": strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)})
+	if err := w.agent.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m2 := merge("note-a", map[string]string{"clusters/demo/a.txt": "a\n"})
+	if err := w.agent.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m3 := merge("note-b", map[string]string{"clusters/demo/b.txt": "b\n"})
+	if err := w.agent.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w.lab.PVE.SetLatency("qemu.create", 0)
+	w.pollUntil(t, "the converge of the newest merge", func() bool {
+		return w.status(m3, "taloscluster/converge: clusters/demo") == "success"
+	})
+	if got := w.status(m1, "taloscluster/converge: clusters/demo"); got != "success" {
+		t.Fatalf("the first merge's converge: %q", got)
+	}
+	// m2 was covered by the run of m3: its own status stays pending
+	// ("queued"), and m3's run says it covered m2.
+	covered := false
+	for _, c := range w.repo.Comments(3) {
+		covered = covered || strings.Contains(c.Body, m2[:10])
+	}
+	if !covered {
+		t.Fatalf("the coalesced run does not say it covered %s: %+v", m2[:10], w.repo.Comments(3))
+	}
+	queued := false
+	for _, c := range w.repo.Comments(2) {
+		queued = queued || strings.Contains(c.Body, "queued behind")
+	}
+	if !queued {
+		t.Fatalf("no queued note on the second pull request: %+v", w.repo.Comments(2))
+	}
+	runs := 0
+	for _, l := range strings.Split(w.logs.String(), "\n") {
+		if strings.Contains(l, `phase=validate step="checking credentials`) {
+			runs++
+		}
+	}
+	if runs != 3 { // the first build, m1, then one run for m2 and m3
+		t.Fatalf("%d converge runs, want 3", runs)
+	}
+}
