@@ -315,7 +315,6 @@ func (a *Agent) runMutation(ctx context.Context, j Job) {
 	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
 		s.LastConverge = &httpapi.RunSummary{Commit: j.Commit, Result: string(result), Time: time.Now(), PlanID: id}
 	})
-	_ = a.forge.SetStatus(ctx, j.Commit, statusCtx, state, desc, a.link(id))
 	for _, c := range j.Covers {
 		if pr, ok, err := a.forge.MergedPR(ctx, c); err == nil && ok {
 			body := fmt.Sprintf("**taloscluster converge** of `%s` at `%s`: **%s**", j.Cluster, short(j.Commit), desc)
@@ -324,6 +323,10 @@ func (a *Agent) runMutation(ctx context.Context, j Job) {
 			}
 			_ = a.forge.Comment(ctx, pr, body)
 		}
+	}
+	// The status comes last: it tells that the run is over.
+	for _, c := range j.Covers {
+		_ = a.forge.SetStatus(ctx, c, statusCtx, state, desc, a.link(id))
 	}
 }
 

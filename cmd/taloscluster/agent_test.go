@@ -459,8 +459,11 @@ func TestAgentCoalescesMergesWhileBusy(t *testing.T) {
 	if got := w.status(m1, "taloscluster/converge: clusters/demo"); got != "success" {
 		t.Fatalf("the first merge's converge: %q", got)
 	}
-	// m2 was covered by the run of m3: its own status stays pending
-	// ("queued"), and m3's run says it covered m2.
+	// m2 was covered by the run of m3: both get its status, and the run
+	// says it covered m2.
+	if got := w.status(m2, "taloscluster/converge: clusters/demo"); got != "success" {
+		t.Fatalf("the covered merge's status: %q", got)
+	}
 	covered := false
 	for _, c := range w.repo.Comments(3) {
 		covered = covered || strings.Contains(c.Body, m2[:10])
