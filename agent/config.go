@@ -18,6 +18,13 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// DestroyMarker is the file that asks the agent to destroy a cluster: a
+// file of this name in the cluster's directory whose first line is the
+// cluster's name. Merged to the default branch, the cluster is destroyed;
+// in a pull request, the plan shows what would be deleted. Removing a
+// cluster directory never destroys anything.
+const DestroyMarker = "DESTROY"
+
 // Config is the agent's configuration, read from its config file only:
 // never from the repository it watches.
 type Config struct {

@@ -637,3 +637,66 @@ func (e *Engine) unhealthy(ctx context.Context, tc *talos.Client, kc *kube.Clien
 	}
 	return ""
 }
+
+// PlanDestroy returns what Destroy would delete, without changing anything.
+func (e *Engine) PlanDestroy(ctx context.Context) (*plan.Plan, error) {
+	inv, err := e.Infra.Observe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := plan.New(e.Cluster.Name)
+	changes, err := e.Infra.Plan(ctx, plan.PhaseDestroy, e.desired(), inv)
+	if err != nil {
+		return nil, err
+	}
+	for _, ch := range changes {
+		p.Add(ch)
+	}
+	for _, f := range []string{KubeconfigFile, TalosconfigFile, TalosSecretsFile} {
+		if ok, err := e.exists(ctx, f); err != nil {
+			return nil, err
+		} else if ok {
+			kind := plan.KindKubeconfig
+			switch f {
+			case TalosconfigFile:
+				kind = plan.KindTalosconfig
+			case TalosSecretsFile:
+				kind = plan.KindTalosSecrets
+			}
+			p.Add(plan.Change{Phase: plan.PhaseDestroy, Action: plan.ActionDelete,
+				Resource: plan.Resource{Kind: kind, Name: f}, Reason: "destroy: the cluster's local state is removed last"})
+		}
+	}
+	p.Warn("destroy deletes every machine of the cluster and its identity; workloads and their data on the machines are lost")
+	p.Sort()
+	return p, nil
+}
+
+// Destroy deletes the cluster's machines and resources, then its state
+// (the identity last, once nothing is left that it could rebuild).
+func (e *Engine) Destroy(ctx context.Context) error {
+	e.say(plan.PhaseDestroy, "destroying cluster %s", e.Cluster.Name)
+	if probs := e.Cluster.Credentials(); len(probs) > 0 {
+		return fmt.Errorf("credentials: %s", probs[0])
+	}
+	inv, err := e.Infra.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	if err := e.runPhase(ctx, plan.PhaseDestroy, e.desired(), inv); err != nil {
+		return err
+	}
+	if inv, err = e.Infra.Observe(ctx); err != nil {
+		return err
+	}
+	if left := inv.Machines(); len(left) > 0 {
+		return fmt.Errorf("destroy: %d machines are still there (e.g. %s); the cluster's state was kept", len(left), left[0].Hostname)
+	}
+	for _, f := range []string{KubeconfigFile, TalosconfigFile, TalosSecretsFile} {
+		if err := e.State.Delete(ctx, e.Key, f); err != nil {
+			return err
+		}
+	}
+	e.say(plan.PhaseDestroy, "done: the machines, the pool and the local state of %s are gone (the shared boot ISO is kept)", e.Cluster.Name)
+	return nil
+}

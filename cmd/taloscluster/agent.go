@@ -299,7 +299,29 @@ func (r *agentRunner) Plan(ctx context.Context, cluster string, files fs.FS) (*p
 	if err != nil {
 		return nil, err
 	}
+	if destroy, err := destroyRequested(files, e.Cluster.Name); err != nil {
+		return nil, err
+	} else if destroy {
+		return e.PlanDestroy(ctx)
+	}
 	return e.Plan(ctx)
+}
+
+// destroyRequested reads the destroy marker of a cluster directory: it
+// must name the cluster, so a copied directory cannot destroy another.
+func destroyRequested(files fs.FS, name string) (bool, error) {
+	data, err := fs.ReadFile(files, agent.DestroyMarker)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the %s marker: %w", agent.DestroyMarker, err)
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
+	if strings.TrimSpace(first) != name {
+		return false, fmt.Errorf("the %s marker must hold the cluster's name %q on its first line; nothing is destroyed", agent.DestroyMarker, name)
+	}
+	return true, nil
 }
 
 func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string)) error {
@@ -309,6 +331,11 @@ func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, file
 	}
 	if j, ok := r.store.(reconcile.Journal); ok {
 		e.Journal, e.Commit = j, commit
+	}
+	if destroy, err := destroyRequested(files, e.Cluster.Name); err != nil {
+		return err
+	} else if destroy {
+		return e.Destroy(ctx)
 	}
 	return e.Converge(ctx)
 }

@@ -488,3 +488,51 @@ func TestAgentCoalescesMergesWhileBusy(t *testing.T) {
 		t.Fatalf("%d converge runs, want 3", runs)
 	}
 }
+
+func TestAgentDestroysOnlyWithTheMarker(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.87.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	// A marker naming another cluster destroys nothing.
+	wrong, err := w.repo.Commit("main", map[string]string{"clusters/demo/DESTROY": "prod\n"}, "wrong marker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the refused destroy", func() bool {
+		return w.status(wrong, "taloscluster/converge: clusters/demo") == "failure"
+	})
+	if n := len(w.lab.PVE.VMs()); n != 4 {
+		t.Fatalf("%d VMs after a wrong marker, want 4", n)
+	}
+	// A pull request with the right marker shows what would be deleted.
+	head, err := w.repo.Commit("destroy", map[string]string{"clusters/demo/DESTROY": "demo\n"}, "destroy demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := w.repo.OpenPR("alice", "destroy", "main", "Destroy demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the destroy plan", func() bool {
+		return w.status(head, "taloscluster/plan: clusters/demo") == "success"
+	})
+	if cs := w.repo.Comments(pr.Number); len(cs) != 1 || !strings.Contains(cs[0].Body, "demo-controlplane-01") || !strings.Contains(cs[0].Body, "delete") {
+		t.Fatalf("destroy plan comment: %+v", cs)
+	}
+	if n := len(w.lab.PVE.VMs()); n != 4 {
+		t.Fatal("a plan destroyed something")
+	}
+	merge, err := w.repo.Merge(pr.Number, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the destroy", func() bool {
+		return w.status(merge, "taloscluster/converge: clusters/demo") == "success"
+	})
+	if n := len(w.lab.PVE.VMs()); n != 0 {
+		t.Fatalf("%d VMs after the destroy, want 0", n)
+	}
+}

@@ -93,6 +93,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newConverge(),
 		newStatus(),
 		newAgent(),
+		newDestroy(),
 	)
 	return root
 }

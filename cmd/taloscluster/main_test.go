@@ -178,3 +178,13 @@ func write(t *testing.T, dir, name, body string) {
 		t.Fatal(err)
 	}
 }
+
+func TestDestroyWithoutTerminalOrYesStops(t *testing.T) {
+	t.Parallel()
+	dir := copyExample(t, "proxmox-bridge")
+	write(t, dir, "secrets.yaml", "proxmox:\n  token_id: a@pve!b\n  token_secret: s\n")
+	code, _, stderr := cli(t, "destroy", "-C", dir)
+	if code != 130 || !strings.Contains(stderr, "--yes") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}

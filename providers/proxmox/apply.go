@@ -33,8 +33,12 @@ func (p *Provider) Apply(ctx context.Context, want *reconcile.Desired, ch plan.C
 	switch {
 	case ch.Resource.Kind == plan.KindImage && ch.Action == plan.ActionCreate:
 		return p.uploadBootISO(ctx, attr("node"))
+	case ch.Resource.Kind == plan.KindResourcePool && ch.Action == plan.ActionDelete:
+		return p.deletePool(ctx)
 	case ch.Resource.Kind == plan.KindResourcePool:
 		return p.ensurePool(ctx)
+	case ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionDelete:
+		return p.withVM(ctx, ch.Resource.Name, p.deleteVM)
 	case ch.Resource.Kind == plan.KindCIData && ch.Action == plan.ActionCreate:
 		return p.uploadCIData(ctx, want, ch.Resource.Name, attr("node"))
 	case ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionCreate:

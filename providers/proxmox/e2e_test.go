@@ -373,3 +373,34 @@ func TestInterruptedRunIsReported(t *testing.T) {
 		t.Fatalf("%d finished machine creates in the journal, want 3", creates)
 	}
 }
+
+func TestDestroyDeletesEverythingOwned(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "gone", 1)
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := w.engine(t).PlanDestroy(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Counts(); c.Delete != 4+1+3 { // VMs, pool, three state files
+		t.Fatalf("destroy plan deletes %d things: %s", c.Delete, p.Summary())
+	}
+	if err := w.engine(t).Destroy(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.lab.PVE.VMs()); n != 0 {
+		t.Fatalf("%d VMs left", n)
+	}
+	for _, f := range []string{"talossecrets.yaml", "talosconfig", "kubeconfig"} {
+		if _, err := os.Stat(filepath.Join(w.dir, f)); err == nil {
+			t.Errorf("%s is still there", f)
+		}
+	}
+	for _, v := range w.lab.PVE.Volumes() {
+		if strings.Contains(v.VolID, "cidata-gone") {
+			t.Errorf("config ISO %s left behind", v.VolID)
+		}
+	}
+}

@@ -53,6 +53,8 @@ func (p *Provider) Plan(_ context.Context, phase plan.Phase, want *reconcile.Des
 		return p.planCompute(want, inv)
 	case plan.PhaseHealth:
 		return p.planFinalize(want, inv), nil
+	case plan.PhaseDestroy:
+		return p.planDestroy(inv), nil
 	}
 	return nil, nil
 }

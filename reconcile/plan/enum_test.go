@@ -12,7 +12,7 @@ func TestPhasesOrder(t *testing.T) {
 	want := []plan.Phase{
 		"validate", "image", "secrets", "network", "discover", "scale-down",
 		"apply-config", "upgrade", "compute", "bootstrap", "kubeconfig",
-		"health", "plugins",
+		"health", "plugins", "destroy",
 	}
 	got := plan.Phases()
 	if !slices.Equal(got, want) {

@@ -40,6 +40,9 @@ const (
 	PhaseHealth Phase = "health"
 	// PhasePlugins runs the configured plugins.
 	PhasePlugins Phase = "plugins"
+	// PhaseDestroy deletes the cluster's machines and resources; only a
+	// destroy runs it.
+	PhaseDestroy Phase = "destroy"
 )
 
 // phases lists every phase in converge order.
@@ -57,6 +60,7 @@ var phases = []Phase{
 	PhaseKubeconfig,
 	PhaseHealth,
 	PhasePlugins,
+	PhaseDestroy,
 }
 
 // Phases returns every phase in the order converge runs them.
