@@ -407,15 +407,25 @@ func (a *Agent) untrustedBecause(ctx context.Context, p gh.PR) string {
 // planPR plans every affected cluster at the head and posts one comment.
 func (a *Agent) planPR(ctx context.Context, p gh.PR, base string, clusters []string) {
 	var sections []gh.Section
+	var statuses []func()
 	for _, c := range clusters {
 		if ctx.Err() != nil {
 			return // superseded by a newer push
 		}
-		sections = append(sections, a.planCluster(ctx, p, base, c))
+		sec, status := a.planCluster(ctx, p, base, c)
+		sections = append(sections, sec)
+		statuses = append(statuses, status)
 	}
 	if ctx.Err() != nil {
 		return
 	}
+	// The statuses come after the comment: a final status means the plan
+	// can be read.
+	defer func() {
+		for _, set := range statuses {
+			set()
+		}
+	}()
 	header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
 	if err := a.forge.UpsertComments(ctx, p.Number, gh.Compose(header, sections, 0)); err != nil {
 		a.log.Error("posting the plan comment; the next poll tries again", "pr", p.Number, "error", a.redact.String(err.Error()))
@@ -427,18 +437,19 @@ func (a *Agent) planPR(ctx context.Context, p gh.PR, base string, clusters []str
 	}
 }
 
-func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string) gh.Section {
+// planCluster plans one cluster of a pull request and returns its section
+// of the comment and the function that sets its final status.
+func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string) (gh.Section, func()) {
 	started := time.Now()
 	statusCtx := gh.StatusContext("plan", cluster)
 	sec := gh.Section{Cluster: cluster}
-	fail := func(result metrics.Result, msg string) gh.Section {
+	fail := func(result metrics.Result, msg string) (gh.Section, func()) {
 		msg = a.redact.String(msg)
 		sec.Result, sec.Summary, sec.Body = string(result), firstLine(msg), "```\n"+msg+"\n```\n"
 		if a.metrics != nil {
 			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 		}
-		_ = a.forge.SetStatus(ctx, p.Head, statusCtx, gh.StateFailure, msg, "")
-		return sec
+		return sec, func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, gh.StateFailure, msg, "") }
 	}
 	if why := a.endpointPolicy(p.Head, base, cluster); why != "" {
 		return fail(metrics.ResultRefused, "not planned: "+why)
@@ -454,7 +465,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string) 
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return sec
+			return sec, func() {}
 		}
 		return fail(metrics.ResultFailure, err.Error())
 	}
@@ -476,8 +487,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string) 
 	a.record(cluster, func(s *httpapi.ClusterStatus) {
 		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
 	})
-	_ = a.forge.SetStatus(ctx, p.Head, statusCtx, state, desc, a.link(id))
-	return sec
+	return sec, func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, state, desc, a.link(id)) }
 }
 
 // endpointPolicy refuses a pull request that points a cluster's

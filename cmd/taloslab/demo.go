@@ -108,9 +108,16 @@ func demoGitOps(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	say("status %s: %s (%s)", st.GetContext(), st.GetState(), st.GetDescription())
-	comments, _, err := gh.Issues.ListComments(ctx, owner, repo, pr.GetNumber(), nil)
-	if err != nil || len(comments) == 0 {
-		return fmt.Errorf("no plan comment on pull request #%d: %v", pr.GetNumber(), err)
+	var comments []*github.IssueComment
+	for deadline := time.Now().Add(*timeout); ; {
+		comments, _, err = gh.Issues.ListComments(ctx, owner, repo, pr.GetNumber(), nil)
+		if err == nil && len(comments) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no plan comment on pull request #%d: %v", pr.GetNumber(), err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	say("the plan comment on #%d:", pr.GetNumber())
 	fmt.Fprintln(stdout, comments[0].GetBody())
