@@ -172,6 +172,11 @@ func (e *Engine) Plan(ctx context.Context) (*plan.Plan, error) {
 	if err := add(plan.PhaseHealth); err != nil {
 		return nil, err
 	}
+	if w, ok := e.Infra.(Warner); ok {
+		for _, msg := range w.Warnings(inv) {
+			p.Warn(msg)
+		}
+	}
 	p.Sort()
 	return p, nil
 }

@@ -59,3 +59,10 @@ func machineNamed(inv Inventory, hostname string) (Machine, bool) {
 	}
 	return Machine{}, false
 }
+
+// Warner is an optional capability of an Infra: warnings about what it
+// observed that the plan should show (for example firewall rules it found
+// and leaves alone).
+type Warner interface {
+	Warnings(have Inventory) []string
+}

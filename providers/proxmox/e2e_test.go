@@ -2,10 +2,12 @@ package proxmox_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -402,5 +404,39 @@ func TestDestroyDeletesEverythingOwned(t *testing.T) {
 		if strings.Contains(v.VolID, "cidata-gone") {
 			t.Errorf("config ISO %s left behind", v.VolID)
 		}
+	}
+}
+
+func TestForeignFirewallRuleIsLeftAloneAndReported(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "fw", 0)
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	vm := w.lab.PVE.VMs()[0]
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+	form := url.Values{"type": {"in"}, "action": {"ACCEPT"}, "proto": {"tcp"}, "dport": {"22"}, "source": {"10.9.0.0/16"}, "enable": {"1"}}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost,
+		fmt.Sprintf("%s/api2/json/nodes/%s/qemu/%d/firewall/rules", w.lab.PVEURL, vm.Node, vm.ID), strings.NewReader(form.Encode()))
+	req.Header.Set("Authorization", "PVEAPIToken="+w.lab.TokenID+"="+w.lab.TokenSecret)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	p, err := w.engine(t).Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Changes) != 0 {
+		t.Fatalf("a rule on an ungoverned port produced changes: %+v", p.Changes)
+	}
+	found := false
+	for _, msg := range p.Warnings {
+		found = found || strings.Contains(msg, "tcp/22")
+	}
+	if !found {
+		t.Fatalf("the foreign rule is not reported: %v", p.Warnings)
 	}
 }

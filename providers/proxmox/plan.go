@@ -330,3 +330,26 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
+
+var _ reconcile.Warner = (*Provider)(nil)
+
+// Warnings reports per-VM firewall rules on ports the security policy does
+// not govern: they are left alone, but an operator should know they exist.
+func (p *Provider) Warnings(have reconcile.Inventory) []string {
+	inv, ok := have.(*inventory)
+	if !ok {
+		return nil
+	}
+	desired, err := p.desiredRules()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, name := range sortedKeys(inv.owned) {
+		_, _, foreign := firewallDiff(inv.owned[name].fwRules, desired)
+		for _, r := range foreign {
+			out = append(out, fmt.Sprintf("VM %s has a firewall rule taloscluster does not manage (position %d: %s); it is left alone", name, r.Pos, r))
+		}
+	}
+	return out
+}
