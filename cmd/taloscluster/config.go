@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,12 +11,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/spf13/cobra"
 
+	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
-
-// TalosSecretsFile is the cluster identity next to cluster.yaml.
-const TalosSecretsFile = "talossecrets.yaml"
 
 func newConfig() *cobra.Command {
 	var (
@@ -43,14 +40,14 @@ func newConfig() *cobra.Command {
 				return err
 			}
 			if throwaway {
-				fmt.Fprintf(stderr, "note: no %s in %s yet; using a throwaway identity, so keys, tokens and certificates differ from the real cluster's\n", TalosSecretsFile, dir)
+				fmt.Fprintf(stderr, "note: no %s in %s yet; using a throwaway identity, so keys, tokens and certificates differ from the real cluster's\n", reconcile.TalosSecretsFile, dir)
 			}
 			machines, err := selectMachines(machineconfig.Machines(c), names)
 			if err != nil {
 				return err
 			}
 			in := machineconfig.Input{Cluster: c, Secrets: bundle}
-			in.Endpoint, in.VIP = apiEndpoint(c)
+			in.Endpoint, in.VIP = reconcile.Endpoint(c)
 			if c.Provider == spec.ProviderOpenStack {
 				fmt.Fprintf(stderr, "note: on OpenStack the API endpoint %s is a placeholder until the %s-kubeapi floating IP exists\n", in.Endpoint, c.Name)
 			}
@@ -87,7 +84,7 @@ func newConfig() *cobra.Command {
 // the cluster has none yet (reported by the second result). Nothing is
 // written.
 func clusterSecrets(dir string, c *spec.Cluster) (*secrets.Bundle, bool, error) {
-	b, err := machineconfig.LoadSecrets(filepath.Join(dir, TalosSecretsFile))
+	b, err := machineconfig.LoadSecrets(filepath.Join(dir, reconcile.TalosSecretsFile))
 	if err == nil {
 		return b, false, nil
 	}
@@ -99,16 +96,6 @@ func clusterSecrets(dir string, c *spec.Cluster) (*secrets.Bundle, bool, error) 
 		return nil, false, err
 	}
 	return b, true, nil
-}
-
-// apiEndpoint returns the cluster API endpoint and the Layer-2 VIP known
-// from the configuration alone.
-func apiEndpoint(c *spec.Cluster) (string, netip.Addr) {
-	if vip, _ := c.Network.KubeAPIVIP(); vip.IsValid() {
-		return "https://" + netip.AddrPortFrom(vip, 6443).String(), vip
-	}
-	// OpenStack: the API address is a floating IP allocated on first build.
-	return "https://" + c.Name + "-kubeapi.invalid:6443", netip.Addr{}
 }
 
 func selectMachines(all []machineconfig.Machine, names []string) ([]machineconfig.Machine, error) {

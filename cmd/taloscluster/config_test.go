@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 )
 
@@ -32,7 +33,7 @@ func TestConfigRedactsUnlessAsked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := machineconfig.WriteSecrets(filepath.Join(dir, TalosSecretsFile), bundle); err != nil {
+	if err := machineconfig.WriteSecrets(filepath.Join(dir, reconcile.TalosSecretsFile), bundle); err != nil {
 		t.Fatal(err)
 	}
 	secretValues := []string{authKey, bundle.Secrets.BootstrapToken, bundle.TrustdInfo.Token, bundle.Secrets.SecretboxEncryptionSecret}
@@ -79,7 +80,7 @@ func TestConfigAllNodesWithThrowawayIdentity(t *testing.T) {
 	if got := strings.Count(stdout, "# science-"); got != 5 {
 		t.Errorf("configs for %d nodes, want 5", got)
 	}
-	if _, err := os.Stat(filepath.Join("../../examples/openstack", TalosSecretsFile)); err == nil {
+	if _, err := os.Stat(filepath.Join("../../examples/openstack", reconcile.TalosSecretsFile)); err == nil {
 		t.Fatal("config wrote a talossecrets.yaml")
 	}
 }
