@@ -81,16 +81,7 @@ func (g *vm) firewallDigest() string {
 }
 
 func (s *Server) firewallIndex(r *http.Request) (any, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := s.lookupVM(r); err != nil {
-		return nil, err
-	}
-	out := []map[string]string{}
-	for _, n := range []string{"aliases", "ipset", "log", "options", "refs", "rules"} {
-		out = append(out, map[string]string{"name": n})
-	}
-	return out, nil
+	return s.vmIndex(r, "name", "aliases", "ipset", "log", "options", "refs", "rules")
 }
 
 func optionsJSON(opts map[string]string, schema map[string]string, digest string) map[string]any {

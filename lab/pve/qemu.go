@@ -312,14 +312,20 @@ func (s *Server) listVMs(r *http.Request) (any, error) {
 }
 
 func (s *Server) getVMIndex(r *http.Request) (any, error) {
+	return s.vmIndex(r, "subdir", "agent", "config", "firewall", "pending", "resize", "status")
+}
+
+// vmIndex answers a directory index under a VM: one entry per name, keyed
+// by key, once the VM is known to exist.
+func (s *Server) vmIndex(r *http.Request, key string, names ...string) (any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.lookupVM(r); err != nil {
 		return nil, err
 	}
-	out := []map[string]string{}
-	for _, sub := range []string{"agent", "config", "firewall", "pending", "resize", "status"} {
-		out = append(out, map[string]string{"subdir": sub})
+	out := make([]map[string]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, map[string]string{key: n})
 	}
 	return out, nil
 }
@@ -983,16 +989,7 @@ func (s *Server) resize(r *http.Request) (any, error) {
 }
 
 func (s *Server) getStatusIndex(r *http.Request) (any, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := s.lookupVM(r); err != nil {
-		return nil, err
-	}
-	out := []map[string]string{}
-	for _, sub := range []string{"current", "reboot", "reset", "shutdown", "start", "stop"} {
-		out = append(out, map[string]string{"subdir": sub})
-	}
-	return out, nil
+	return s.vmIndex(r, "subdir", "current", "reboot", "reset", "shutdown", "start", "stop")
 }
 
 func (s *Server) getStatus(r *http.Request) (any, error) {
