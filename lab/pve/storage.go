@@ -551,18 +551,10 @@ func (s *Server) upload(r *http.Request) (any, error) {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	nodeName := r.PathValue("node")
-	if _, err := s.lookupNode(nodeName); err != nil {
-		return nil, err
-	}
-	st, err := s.nodeStorage(nodeName, r.PathValue("storage"))
+	nodeName, st, volid, err := s.contentTarget(r, content, name)
 	if err != nil {
 		return nil, err
 	}
-	if !st.has(content) {
-		return nil, errorf("storage '%s' does not support '%s' content", st.Name, content)
-	}
-	volid := st.Name + ":" + content + "/" + name
 	t := s.startTask(r, nodeName, "imgcopy", "")
 	if t.failed() {
 		return t.upid, nil
@@ -625,18 +617,10 @@ func (s *Server) downloadURL(r *http.Request) (any, error) {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	nodeName := r.PathValue("node")
-	if _, err := s.lookupNode(nodeName); err != nil {
-		return nil, err
-	}
-	st, err := s.nodeStorage(nodeName, r.PathValue("storage"))
+	nodeName, st, volid, err := s.contentTarget(r, content, name)
 	if err != nil {
 		return nil, err
 	}
-	if !st.has(content) {
-		return nil, errorf("storage '%s' does not support '%s' content", st.Name, content)
-	}
-	volid := st.Name + ":" + content + "/" + name
 	key := s.volKeyFor(st, nodeName, volid)
 	if _, ok := s.volumes[key]; ok {
 		return nil, errorf("refusing to override existing file '%s'", name)
@@ -712,4 +696,22 @@ func (s *Server) fetch(ctx context.Context, src string) ([]byte, error) {
 		return nil, fmt.Errorf("reading the download: %w", err)
 	}
 	return data, nil
+}
+
+// contentTarget resolves where a new volume of the given content and file
+// name goes: the request's node and storage, which must hold that content.
+// The caller holds s.mu.
+func (s *Server) contentTarget(r *http.Request, content, name string) (string, *Storage, string, error) {
+	nodeName := r.PathValue("node")
+	if _, err := s.lookupNode(nodeName); err != nil {
+		return "", nil, "", err
+	}
+	st, err := s.nodeStorage(nodeName, r.PathValue("storage"))
+	if err != nil {
+		return "", nil, "", err
+	}
+	if !st.has(content) {
+		return "", nil, "", errorf("storage '%s' does not support '%s' content", st.Name, content)
+	}
+	return nodeName, st, st.Name + ":" + content + "/" + name, nil
 }
