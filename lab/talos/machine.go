@@ -617,23 +617,34 @@ func (w *World) etcdReachable(n *node, local bool) error {
 	return nil
 }
 
-// EtcdMemberList lists the cluster's etcd members.
-func (machineServer) EtcdMemberList(ctx context.Context, req *machine.EtcdMemberListRequest) (*machine.EtcdMemberListResponse, error) {
+// etcdCall locks a call that reads etcd on a control plane and checks that
+// its etcd answers (its own member when local, else a majority). On
+// success the caller unlocks.
+func etcdCall(ctx context.Context, what string, local bool) (*call, error) {
 	c := callOf(ctx)
 	if err := c.lock(); err != nil {
 		return nil, err
 	}
+	if err := controlPlaneOnly(c.node, what); err != nil {
+		c.unlock()
+		return nil, err
+	}
+	if err := c.w.etcdReachable(c.node, local); err != nil {
+		c.unlock()
+		return nil, err
+	}
+	return c, nil
+}
+
+// EtcdMemberList lists the cluster's etcd members.
+func (machineServer) EtcdMemberList(ctx context.Context, req *machine.EtcdMemberListRequest) (*machine.EtcdMemberListResponse, error) {
+	c, err := etcdCall(ctx, "member list", req.GetQueryLocal())
+	if err != nil {
+		return nil, err
+	}
 	defer c.unlock()
 
-	w, n := c.w, c.node
-
-	if err := controlPlaneOnly(n, "member list"); err != nil {
-		return nil, err
-	}
-
-	if err := w.etcdReachable(n, req.GetQueryLocal()); err != nil {
-		return nil, err
-	}
+	n := c.node
 
 	msg := &machine.EtcdMembers{}
 
@@ -654,21 +665,13 @@ func (machineServer) EtcdMemberList(ctx context.Context, req *machine.EtcdMember
 // EtcdForfeitLeadership moves etcd leadership away from the node when it
 // has it, answering the new leader's name.
 func (machineServer) EtcdForfeitLeadership(ctx context.Context, _ *machine.EtcdForfeitLeadershipRequest) (*machine.EtcdForfeitLeadershipResponse, error) {
-	c := callOf(ctx)
-	if err := c.lock(); err != nil {
+	c, err := etcdCall(ctx, "etcd forfeit leadership", true)
+	if err != nil {
 		return nil, err
 	}
 	defer c.unlock()
 
 	w, n := c.w, c.node
-
-	if err := controlPlaneOnly(n, "etcd forfeit leadership"); err != nil {
-		return nil, err
-	}
-
-	if err := w.etcdReachable(n, true); err != nil {
-		return nil, err
-	}
 
 	cl := n.cluster
 	msg := &machine.EtcdForfeitLeadership{}
@@ -689,21 +692,13 @@ func (machineServer) EtcdForfeitLeadership(ctx context.Context, _ *machine.EtcdF
 
 // EtcdStatus answers the status of the node's own member.
 func (machineServer) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machine.EtcdStatusResponse, error) {
-	c := callOf(ctx)
-	if err := c.lock(); err != nil {
+	c, err := etcdCall(ctx, "etcd status", true)
+	if err != nil {
 		return nil, err
 	}
 	defer c.unlock()
 
 	w, n := c.w, c.node
-
-	if err := controlPlaneOnly(n, "etcd status"); err != nil {
-		return nil, err
-	}
-
-	if err := w.etcdReachable(n, true); err != nil {
-		return nil, err
-	}
 
 	m := w.findMember(n.cluster, n.memberID)
 
