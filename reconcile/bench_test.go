@@ -9,16 +9,10 @@ import (
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
-// BenchmarkFirstBuild measures the offline plan of the largest example.
-func BenchmarkFirstBuild(b *testing.B) {
-	c, warns, err := spec.Load(filepath.Join("..", "examples", "proxmox-external"), spec.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+// BenchmarkOfflinePlan measures the offline plan of the largest example.
+func BenchmarkOfflinePlan(b *testing.B) {
 	for b.Loop() {
-		if _, err := reconcile.FirstBuild(c, warns); err != nil {
-			b.Fatal(err)
-		}
+		offlinePlan(b, filepath.Join("..", "examples", "proxmox-external"))
 	}
 }
 

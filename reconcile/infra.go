@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
@@ -16,13 +17,24 @@ type Infra interface {
 	// Observe reads, without changing anything, what the provider owns for
 	// the cluster.
 	Observe(ctx context.Context) (Inventory, error)
-	// Plan lists the provider's changes for one phase. Refusals come back
-	// as changes with plan.ActionRefuse, in the validate phase, before any
-	// mutation.
-	Plan(ctx context.Context, phase plan.Phase, want *Desired, have Inventory) ([]plan.Change, error)
-	// Apply carries out one change Plan returned.
+	// Empty returns the inventory of a cluster of which nothing exists,
+	// for planning without asking the provider (plan --offline).
+	Empty() Inventory
+	// Plan lists the provider's steps for one phase, from what it observed
+	// and nothing else: it does no I/O. Each step carries its typed
+	// operation in Op. Refusals come back as changes with
+	// plan.ActionRefuse, in the validate phase, before any mutation.
+	Plan(phase plan.Phase, want *Desired, have Inventory) ([]plan.Change, error)
+	// Apply carries out one step Plan returned, exactly as planned: it
+	// checks the step's precondition against a fresh read and returns an
+	// error wrapping ErrPrecondition when it no longer holds; it never
+	// plans again.
 	Apply(ctx context.Context, want *Desired, ch plan.Change) error
 }
+
+// ErrPrecondition is returned by a step whose precondition no longer holds
+// when it is about to run: the world changed since the plan was made.
+var ErrPrecondition = errors.New("precondition no longer holds")
 
 // Inventory is what a provider observed. Providers keep their own detail
 // behind it; the engine only needs the machines.

@@ -223,7 +223,7 @@ func dayTwoPlan() *plan.Plan {
 		Phase:    plan.PhaseCompute,
 		Action:   plan.ActionUpdate,
 		Resource: plan.Resource{Kind: plan.KindMachine, Name: "edge-worker-01"},
-		Reason:   "sizing takes effect at the next reboot (converge --reboot)",
+		Reason:   "sizing takes effect when the VM next restarts",
 		Attributes: []plan.Attribute{
 			{Key: "memory", Value: "16 GB -> 32 GB"},
 			{Key: "cores", Value: "8 -> 12"},

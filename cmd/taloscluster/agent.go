@@ -324,11 +324,12 @@ func destroyRequested(files fs.FS, name string) (bool, error) {
 	return true, nil
 }
 
-func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string)) error {
+func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string), approve func(*plan.Plan) error) error {
 	e, err := r.engine(cluster, files, lineWriter(log))
 	if err != nil {
 		return err
 	}
+	e.Approve = approve
 	if j, ok := r.store.(reconcile.Journal); ok {
 		e.Journal, e.Commit = j, commit
 	}

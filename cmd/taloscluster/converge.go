@@ -1,17 +1,22 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/reconcile/state"
+	"github.com/taloscluster/taloscluster/report"
 )
 
 // engineFor builds the engine of a cluster directory with its provider.
@@ -46,9 +51,10 @@ func newConverge() *cobra.Command {
 		Use:     "converge [-C DIR] [--yes] [--dry-run]",
 		Aliases: []string{"sync", "apply"},
 		Short:   "Make the cluster match cluster.yaml",
-		Long: "Converge builds or changes the cluster phase by phase: validate, image, secrets,\n" +
-			"network, machines, bootstrap, kubeconfig, health. Every refusal is found before\n" +
-			"the first change. --dry-run is plan.",
+		Long: "Converge observes the cluster, plans, and runs exactly the steps of that plan,\n" +
+			"in order: the plan `taloscluster plan` shows. A plan with refusals changes\n" +
+			"nothing. Before the first step that deletes a machine it asks on a terminal;\n" +
+			"without a terminal it refuses such a plan unless --yes is given. --dry-run is plan.",
 		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, warnings, err := loadClusterQuiet(dir, cmd.ErrOrStderr(), output)
@@ -65,7 +71,9 @@ func newConverge() *cobra.Command {
 			if dryRun {
 				return printPlan(cmd, e, output)
 			}
-			_ = yes // nothing converge does yet deletes a machine; deletions will prompt without --yes
+			if !yes {
+				e.Approve = func(p *plan.Plan) error { return approveDestructive(cmd, p) }
+			}
 			if err := e.Converge(cmd.Context()); err != nil {
 				if errors.Is(err, reconcile.ErrRefused) || errors.Is(err, reconcile.ErrUnreachable) {
 					return &exitError{code: 1, msg: err.Error()}
@@ -76,10 +84,40 @@ func newConverge() *cobra.Command {
 		},
 	}
 	dirFlag(cmd, &dir)
-	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask before deleting machines")
+	cmd.Flags().BoolVar(&yes, "yes", false, "run a plan that deletes machines without asking")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the plan and change nothing")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan output format with --dry-run: text, json or markdown")
 	return cmd
+}
+
+// approveDestructive lets a plan run when it deletes no machine; otherwise
+// it shows the plan and asks on a terminal, and refuses without one.
+func approveDestructive(cmd *cobra.Command, p *plan.Plan) error {
+	var doomed []string
+	for _, ch := range p.Changes {
+		if ch.Destructive() {
+			doomed = append(doomed, ch.Resource.Name)
+		}
+	}
+	if len(doomed) == 0 {
+		return nil
+	}
+	in := cmd.InOrStdin()
+	if f, ok := in.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
+		return &exitError{code: 1, msg: fmt.Sprintf("the plan deletes %s and there is no terminal to ask: nothing was changed (use --yes to allow it)", strings.Join(doomed, ", "))}
+	}
+	if err := report.Text(cmd.ErrOrStderr(), p); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "This deletes %s. Type yes to go on: ", strings.Join(doomed, ", "))
+	line, err := bufio.NewReader(in).ReadString('\n')
+	if err != nil && line == "" {
+		return &exitError{code: 130, msg: "no answer: nothing was changed"}
+	}
+	if strings.TrimSpace(line) != "yes" {
+		return &exitError{code: 1, msg: "not confirmed: nothing was changed"}
+	}
+	return nil
 }
 
 // printPlan renders an engine's plan; refusals make the exit code 1.

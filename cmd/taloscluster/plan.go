@@ -6,8 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/taloscluster/taloscluster/providers/openstack"
+	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/report"
 )
 
@@ -22,8 +25,9 @@ func newPlan() *cobra.Command {
 		Short: "Show what converge would change",
 		Long: "Plan shows every change converge would make, and changes nothing: it only\n" +
 			"reads from the provider and the cluster.\n\n" +
-			"With --offline it asks no provider and plans the first build of a cluster\n" +
-			"that does not exist yet, from cluster.yaml alone.",
+			"With --offline it asks no one and plans the first build of a cluster that\n" +
+			"does not exist yet, from cluster.yaml alone: the same planner, with an\n" +
+			"observation that found nothing.",
 		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			render, err := renderer(output)
@@ -41,7 +45,11 @@ func newPlan() *cobra.Command {
 				}
 				return printPlan(cmd, e, output)
 			}
-			p, err := reconcile.FirstBuild(c, warnings)
+			infra, err := offlineInfra(c)
+			if err != nil {
+				return err
+			}
+			p, err := reconcile.OfflinePlan(c, warnings, infra)
 			if err != nil {
 				return err
 			}
@@ -73,4 +81,16 @@ func renderer(format string) (func(io.Writer, *plan.Plan) error, error) {
 		}, nil
 	}
 	return nil, &usageError{fmt.Errorf("unknown output format %q: use text, json or markdown", format)}
+}
+
+// offlineInfra returns the provider of a cluster for planning without
+// asking it anything.
+func offlineInfra(c *spec.Cluster) (reconcile.Infra, error) {
+	switch c.Provider {
+	case spec.ProviderProxmox:
+		return proxmox.Offline(c)
+	case spec.ProviderOpenStack:
+		return openstack.Offline(c)
+	}
+	return nil, fmt.Errorf("no provider for %q", c.Provider)
 }

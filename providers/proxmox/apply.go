@@ -18,45 +18,65 @@ import (
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 )
 
-// Apply carries out one change that Plan returned. Every step first looks
-// at what exists, so a change interrupted half-way is finished on the next
-// run instead of being done twice.
+// Apply runs one step Plan returned, exactly as planned. Each operation
+// first looks up what it acts on: a step whose precondition no longer holds
+// (the VM it creates exists, the VM it changes is gone) fails with
+// reconcile.ErrPrecondition instead of acting on a world that changed.
 func (p *Provider) Apply(ctx context.Context, want *reconcile.Desired, ch plan.Change) error {
-	attr := func(k string) string {
-		for _, a := range ch.Attributes {
-			if a.Key == k {
-				return a.Value
+	if p.api == nil {
+		return fmt.Errorf("proxmox: an offline provider changes nothing")
+	}
+	switch op := ch.Op.(type) {
+	case uploadBootISO:
+		for _, node := range op.nodes {
+			if err := p.uploadBootISO(ctx, node); err != nil {
+				return err
 			}
 		}
-		return ""
-	}
-	switch {
-	case ch.Resource.Kind == plan.KindImage && ch.Action == plan.ActionCreate:
-		return p.uploadBootISO(ctx, attr("node"))
-	case ch.Resource.Kind == plan.KindResourcePool && ch.Action == plan.ActionDelete:
-		return p.deletePool(ctx)
-	case ch.Resource.Kind == plan.KindResourcePool:
+		return nil
+	case ensurePool:
 		return p.ensurePool(ctx)
-	case ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionDelete:
-		return p.withVM(ctx, ch.Resource.Name, p.deleteVM)
-	case ch.Resource.Kind == plan.KindCIData && ch.Action == plan.ActionCreate:
-		return p.uploadCIData(ctx, want, ch.Resource.Name, attr("node"))
-	case ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionCreate:
-		return p.createVM(ctx, want, ch.Resource.Name, attr("node"))
-	case ch.Resource.Kind == plan.KindFirewallRule && ch.Action == plan.ActionCreate && !strings.Contains(ch.Resource.Name, "/"):
-		return p.withVM(ctx, ch.Resource.Name, p.firewallAndStart)
-	case ch.Resource.Kind == plan.KindFirewallRule, ch.Resource.Kind == plan.KindFirewallOptions:
-		host, _, _ := strings.Cut(ch.Resource.Name, "/")
-		return p.withVM(ctx, host, p.reconcileFirewall)
-	case ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionUpdate:
-		return p.withVM(ctx, ch.Resource.Name, func(ctx context.Context, v *vm) error { return p.updateVM(ctx, want, v, attr) })
-	case ch.Resource.Kind == plan.KindCIData && ch.Action == plan.ActionDelete:
-		return p.withVM(ctx, ch.Resource.Name, p.finalize)
+	case deletePool:
+		return p.deletePool(ctx)
+	case uploadCIData:
+		return p.uploadCIData(ctx, want, op.hostname, op.node)
+	case createVM:
+		return p.createVM(ctx, want, op.hostname, op.node)
+	case setFirewall:
+		return p.withVM(ctx, op.hostname, func(ctx context.Context, v *vm) error { return p.setFirewall(ctx, v, op) })
+	case resizeVM:
+		return p.withVM(ctx, op.hostname, func(ctx context.Context, v *vm) error {
+			params := map[string]any{"cores": op.cores, "memory": op.memoryMB}
+			if err := taskDone(p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/config", v.node, v.id))); err != nil {
+				return fmt.Errorf("resizing VM %s: %w", v.name, err)
+			}
+			return nil
+		})
+	case growDisk:
+		return p.withVM(ctx, op.hostname, func(ctx context.Context, v *vm) error {
+			switch {
+			case v.diskGB >= op.toGB:
+				return nil // grown meanwhile: done
+			case v.diskGB != op.fromGB:
+				return fmt.Errorf("%w: the disk of %s is %d GB, the plan expected %d GB", reconcile.ErrPrecondition, v.name, v.diskGB, op.fromGB)
+			}
+			if _, err := p.api.ResizeQemuDisk(ctx, p.ref(v), "scsi0", op.toGB-v.diskGB); err != nil && !warningsOnly(err) {
+				return fmt.Errorf("growing the disk of %s: %w", v.name, err)
+			}
+			return nil
+		})
+	case startVM:
+		return p.withVM(ctx, op.hostname, p.start)
+	case finalize:
+		return p.withVM(ctx, op.hostname, p.finalize)
+	case deleteVM:
+		return p.withVM(ctx, op.hostname, p.deleteVM)
 	}
-	return fmt.Errorf("proxmox: no way to apply %s %s", ch.Action, ch.Resource)
+	return fmt.Errorf("proxmox: no operation for %s %s", ch.Action, ch.Resource)
 }
 
-// withVM looks an owned VM up by hostname and runs f on it.
+// withVM looks an owned VM up by hostname and runs f on it; a VM that is
+// gone fails the precondition.
 func (p *Provider) withVM(ctx context.Context, hostname string, f func(context.Context, *vm) error) error {
 	inv, err := p.Observe(ctx)
 	if err != nil {
@@ -64,7 +84,7 @@ func (p *Provider) withVM(ctx context.Context, hostname string, f func(context.C
 	}
 	v, ok := inv.(*inventory).owned[hostname]
 	if !ok {
-		return fmt.Errorf("VM %s does not exist", hostname)
+		return fmt.Errorf("%w: VM %s does not exist", reconcile.ErrPrecondition, hostname)
 	}
 	ctx, cancel := p.callCtx(ctx)
 	defer cancel()
@@ -214,8 +234,11 @@ func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostna
 	if err != nil {
 		return err
 	}
-	if _, ok := inv.(*inventory).owned[hostname]; ok {
-		return nil
+	if v, ok := inv.(*inventory).owned[hostname]; ok {
+		return fmt.Errorf("%w: VM %s exists now (id %d on %s); another run created it", reconcile.ErrPrecondition, hostname, v.id, v.node)
+	}
+	if id, ok := inv.(*inventory).foreign[hostname]; ok {
+		return fmt.Errorf("%w: a VM named %s (id %d) exists now and is not this cluster's", reconcile.ErrPrecondition, hostname, id)
 	}
 	i := slices.IndexFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == hostname })
 	if i < 0 {
@@ -284,43 +307,62 @@ func (p *Provider) ref(v *vm) *proxmox.VmRef {
 	return r
 }
 
-// firewallAndStart puts a new VM's firewall in place, then starts it.
-func (p *Provider) firewallAndStart(ctx context.Context, v *vm) error {
-	if err := p.reconcileFirewall(ctx, v); err != nil {
+// setFirewall sets the options and adds and deletes the rules the step
+// names; a rule to add that is there already, or one to delete that is
+// gone, is done. With start it then starts the VM.
+func (p *Provider) setFirewall(ctx context.Context, v *vm, op setFirewall) error {
+	if len(op.options) > 0 {
+		params := map[string]any{}
+		for k, val := range op.options {
+			params[k] = val
+		}
+		if err := p.api.Put(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/firewall/options", v.node, v.id)); err != nil {
+			return fmt.Errorf("setting the firewall options of %s: %w", v.name, err)
+		}
+	}
+	observed, err := p.rules(ctx, v)
+	if err != nil {
 		return err
 	}
+	for _, r := range op.add {
+		if slices.ContainsFunc(observed, func(o fwRule) bool { return o.Enable && o.key() == r.key() }) {
+			continue
+		}
+		if err := p.addRule(ctx, v, r); err != nil {
+			return err
+		}
+	}
+	if len(op.del) > 0 {
+		// Positions moved with the additions: look the rules up again,
+		// and delete from the bottom so the others keep their place.
+		if observed, err = p.rules(ctx, v); err != nil {
+			return err
+		}
+		slices.SortFunc(observed, func(a, b fwRule) int { return b.Pos - a.Pos })
+		for _, r := range op.del {
+			i := slices.IndexFunc(observed, func(o fwRule) bool { return o.same(r) })
+			if i < 0 {
+				continue
+			}
+			if err := p.deleteRule(ctx, v, observed[i]); err != nil {
+				return err
+			}
+			observed = slices.Delete(observed, i, i+1)
+		}
+	}
+	if op.start {
+		return p.start(ctx, v)
+	}
+	return nil
+}
+
+// start starts a VM that is not running.
+func (p *Provider) start(ctx context.Context, v *vm) error {
 	if v.running {
 		return nil
 	}
 	if err := taskDone(p.api.StartVm(ctx, p.ref(v))); err != nil {
 		return fmt.Errorf("starting VM %s: %w", v.name, err)
-	}
-	return nil
-}
-
-// updateVM applies in-place changes: size (pending until the next restart),
-// disk growth, power.
-func (p *Provider) updateVM(ctx context.Context, want *reconcile.Desired, v *vm, attr func(string) string) error {
-	i := slices.IndexFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == v.name })
-	if i < 0 {
-		return fmt.Errorf("%s is not a desired machine", v.name)
-	}
-	pool := want.Machines[i].Pool
-	if v.cores != pool.Cores || v.memoryMB != pool.Memory*1024 {
-		params := map[string]any{"cores": pool.Cores, "memory": pool.Memory * 1024}
-		if err := taskDone(p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/config", v.node, v.id))); err != nil {
-			return fmt.Errorf("resizing VM %s: %w", v.name, err)
-		}
-	}
-	if v.diskGB < pool.Disk {
-		if _, err := p.api.ResizeQemuDisk(ctx, p.ref(v), "scsi0", pool.Disk-v.diskGB); err != nil && !warningsOnly(err) {
-			return fmt.Errorf("growing the disk of %s: %w", v.name, err)
-		}
-	}
-	if attr("power") == "start" && !v.running {
-		if err := taskDone(p.api.StartVm(ctx, p.ref(v))); err != nil {
-			return fmt.Errorf("starting VM %s: %w", v.name, err)
-		}
 	}
 	return nil
 }

@@ -16,15 +16,16 @@ func (p *Provider) planDestroy(inv *inventory) []plan.Change {
 	var out []plan.Change
 	for _, name := range sortedKeys(inv.owned) {
 		v := inv.owned[name]
-		out = append(out, plan.Change{Phase: plan.PhaseDestroy, Action: plan.ActionDelete,
+		out = append(out, plan.Change{Phase: plan.PhaseDestroy, Domain: plan.DomainProvider, Action: plan.ActionDelete,
 			Resource:   plan.Resource{Kind: plan.KindMachine, Name: name},
 			Reason:     "destroy: the VM and its disks are deleted",
-			Attributes: []plan.Attribute{{Key: "node", Value: v.node}, {Key: "vmid", Value: fmt.Sprint(v.id)}}})
+			Attributes: []plan.Attribute{{Key: "node", Value: v.node}, {Key: "vmid", Value: fmt.Sprint(v.id)}},
+			Op:         deleteVM{hostname: name}})
 	}
 	if inv.poolExists {
-		out = append(out, plan.Change{Phase: plan.PhaseDestroy, Action: plan.ActionDelete,
+		out = append(out, plan.Change{Phase: plan.PhaseDestroy, Domain: plan.DomainProvider, Action: plan.ActionDelete,
 			Resource: plan.Resource{Kind: plan.KindResourcePool, Name: p.poolName()},
-			Reason:   "destroy: the ownership pool is removed once empty"})
+			Reason:   "destroy: the ownership pool is removed once empty", Op: deletePool{}})
 	}
 	return out
 }

@@ -35,6 +35,12 @@ func (r fwRule) key() string {
 	return strings.Join([]string{r.Type, r.Action, r.Proto, r.Dport, r.Source}, "|")
 }
 
+// same reports whether o is the rule r described when it was planned:
+// the same allowance, comment and enabled state.
+func (r fwRule) same(o fwRule) bool {
+	return r.key() == o.key() && r.Comment == o.Comment && r.Enable == o.Enable
+}
+
 func (r fwRule) String() string {
 	s := r.Action + " " + r.Proto
 	if r.Dport != "" {
@@ -167,45 +173,6 @@ func (p *Provider) addRule(ctx context.Context, v *vm, r fwRule) error {
 func (p *Provider) deleteRule(ctx context.Context, v *vm, r fwRule) error {
 	if err := p.api.Delete(ctx, fmt.Sprintf("%s/%d", p.rulesURL(v), r.Pos)); err != nil {
 		return fmt.Errorf("deleting firewall rule %d (%s) on %s: %w", r.Pos, r, v.name, err)
-	}
-	return nil
-}
-
-// reconcileFirewall sets a VM's firewall options and rules.
-func (p *Provider) reconcileFirewall(ctx context.Context, v *vm) error {
-	desired, err := p.desiredRules()
-	if err != nil {
-		return err
-	}
-	if diff := optionsDiff(v.fwOptions); len(diff) > 0 {
-		params := map[string]any{}
-		for k, val := range diff {
-			params[k] = val
-		}
-		if err := p.api.Put(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/firewall/options", v.node, v.id)); err != nil {
-			return fmt.Errorf("setting the firewall options of %s: %w", v.name, err)
-		}
-	}
-	observed, err := p.rules(ctx, v)
-	if err != nil {
-		return err
-	}
-	add, _, _ := firewallDiff(observed, desired)
-	for _, r := range add {
-		if err := p.addRule(ctx, v, r); err != nil {
-			return err
-		}
-	}
-	// Positions moved with the additions: read again before deleting.
-	observed, err = p.rules(ctx, v)
-	if err != nil {
-		return err
-	}
-	_, del, _ := firewallDiff(observed, desired)
-	for _, r := range del {
-		if err := p.deleteRule(ctx, v, r); err != nil {
-			return err
-		}
 	}
 	return nil
 }

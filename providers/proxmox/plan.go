@@ -1,7 +1,6 @@
 package proxmox
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,6 +14,48 @@ import (
 
 // minMajor is the oldest Proxmox VE major version supported.
 const minMajor = 9
+
+// Operations of the provider's steps: each step carries one in its Op, and
+// Apply runs exactly that, never planning again.
+type (
+	// uploadBootISO fetches the boot ISO from the Image Factory and uploads
+	// it to the ISO storage of each node that lacks it.
+	uploadBootISO struct{ nodes []string }
+	// ensurePool creates the resource pool or restores its comment.
+	ensurePool struct{}
+	// uploadCIData writes a new machine's config ISO on its node.
+	uploadCIData struct{ hostname, node string }
+	// createVM creates a machine's VM on its node; it expects no VM of
+	// that name.
+	createVM struct{ hostname, node string }
+	// setFirewall sets a VM's firewall options, adds the rules in add and
+	// deletes the rules in del (ours, on governed ports); with start it
+	// then starts the VM.
+	setFirewall struct {
+		hostname string
+		options  map[string]string
+		add, del []fwRule
+		start    bool
+	}
+	// resizeVM sets cores and memory (effective at the VM's next restart).
+	resizeVM struct {
+		hostname        string
+		cores, memoryMB int
+	}
+	// growDisk grows the system disk from fromGB to toGB.
+	growDisk struct {
+		hostname     string
+		fromGB, toGB int
+	}
+	// startVM starts a stopped VM.
+	startVM struct{ hostname string }
+	// finalize detaches the boot and config ISOs and deletes the config ISO.
+	finalize struct{ hostname string }
+	// deleteVM stops and deletes a VM with its disks.
+	deleteVM struct{ hostname string }
+	// deletePool deletes the emptied resource pool.
+	deletePool struct{}
+)
 
 // bootISO returns the boot ISO's file name and schematic: one per Talos
 // version and base schematic, shared by every machine.
@@ -36,8 +77,8 @@ func (p *Provider) cidataVolume(hostname string) string {
 	return p.c.Proxmox.CIDataStorage + ":iso/" + cidataName(hostname)
 }
 
-// Plan lists the provider's changes for one phase.
-func (p *Provider) Plan(_ context.Context, phase plan.Phase, want *reconcile.Desired, have reconcile.Inventory) ([]plan.Change, error) {
+// Plan lists the provider's steps for one phase; it does no I/O.
+func (p *Provider) Plan(phase plan.Phase, want *reconcile.Desired, have reconcile.Inventory) ([]plan.Change, error) {
 	inv, ok := have.(*inventory)
 	if !ok {
 		return nil, fmt.Errorf("proxmox: an inventory of another provider")
@@ -69,10 +110,10 @@ func refuse(kind plan.ResourceKind, name, reason string) plan.Change {
 func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.Change {
 	var out []plan.Change
 	px := p.c.Proxmox
-	if major, _ := strconv.Atoi(strings.SplitN(inv.version, ".", 2)[0]); major < minMajor {
+	if major, _ := strconv.Atoi(strings.SplitN(inv.version, ".", 2)[0]); !inv.offline && major < minMajor {
 		out = append(out, refuse(plan.KindCluster, p.c.Name, fmt.Sprintf("Proxmox VE %s is older than %d.0, the oldest supported", inv.version, minMajor)))
 	}
-	if !inv.clusterFirewall {
+	if !inv.offline && !inv.clusterFirewall {
 		out = append(out, refuse(plan.KindFirewallOptions, "datacenter", "the Proxmox datacenter firewall is disabled, so per-VM firewall rules would not be enforced; enable it under Datacenter > Firewall > Options"))
 	}
 	if px.Network.SDN != nil {
@@ -99,8 +140,21 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 		if pool.Node != "" && v.node != pool.Node {
 			out = append(out, refuse(plan.KindMachine, m.Hostname, fmt.Sprintf("placement changed: the VM runs on %s but %s.node is %s; relocating a VM is not done in place", v.node, poolKey(pool), pool.Node)))
 		}
+		if want := p.c.Network.Cluster.VLAN; v.vlan != want {
+			out = append(out, refuse(plan.KindMachine, m.Hostname, fmt.Sprintf("network.cluster.vlan changed from %s to %s: moving a NIC to another VLAN is not done in place", vlanText(v.vlan), vlanText(want))))
+		}
+		if b := px.Network.ExternalBridge; v.extBridge != b {
+			out = append(out, refuse(plan.KindMachine, m.Hostname, fmt.Sprintf("the external NIC would change from %q to %q (proxmox.network.external): not done in place", v.extBridge, b)))
+		}
 	}
 	return out
+}
+
+func vlanText(v int) string {
+	if v == 0 {
+		return "none"
+	}
+	return strconv.Itoa(v)
 }
 
 func poolKey(p spec.Pool) string {
@@ -116,6 +170,9 @@ func (p *Provider) clusterBridge() string {
 	}
 	return p.c.Proxmox.Network.ClusterVNet
 }
+
+// unplaced is the placement an offline plan shows for a spread machine.
+const unplaced = "(chosen at converge)"
 
 // placement assigns each machine that does not exist yet to a Proxmox
 // node: its pool's node, or (spread) the candidate with the fewest of the
@@ -138,6 +195,13 @@ func (p *Provider) placement(want *reconcile.Desired, inv *inventory) (map[strin
 	out := map[string]string{}
 	for _, m := range want.Machines {
 		if _, ok := inv.owned[m.Hostname]; ok {
+			continue
+		}
+		if inv.offline {
+			out[m.Hostname] = m.Pool.Node
+			if out[m.Hostname] == "" {
+				out[m.Hostname] = unplaced
+			}
 			continue
 		}
 		if m.Pool.Node != "" {
@@ -172,26 +236,37 @@ func (p *Provider) planImage(want *reconcile.Desired, inv *inventory) ([]plan.Ch
 	if err != nil {
 		return nil, err
 	}
+	// Every node that runs or gets one of the cluster's VMs keeps the boot
+	// ISO of the configured version, so a machine can always be created
+	// or replaced there.
 	nodes := map[string]bool{}
 	for _, n := range place {
 		nodes[n] = true
 	}
-	var out []plan.Change
-	for _, node := range sortedKeys(nodes) {
-		if inv.isos[node+"/"+p.isoVolume(name)] {
-			continue
-		}
-		out = append(out, plan.Change{Phase: plan.PhaseImage, Action: plan.ActionCreate,
-			Resource: plan.Resource{Kind: plan.KindImage, Name: node + "/" + name},
-			Reason:   "boot ISO from the Image Factory, shared by the cluster's VMs on this node",
-			Attributes: []plan.Attribute{
-				{Key: "node", Value: node},
-				{Key: "storage", Value: p.c.Proxmox.ISOStorage},
-				{Key: "schematic", Value: schematic},
-				{Key: "factory", Value: p.factory},
-			}})
+	for _, v := range inv.owned {
+		nodes[v.node] = true
 	}
-	return out, nil
+	var missing []string
+	for _, n := range sortedKeys(nodes) {
+		if !inv.isos[n+"/"+p.isoVolume(name)] {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) == 0 {
+		return nil, nil
+	}
+	return []plan.Change{{Phase: plan.PhaseImage, Domain: plan.DomainProvider, Action: plan.ActionCreate,
+		Resource: plan.Resource{Kind: plan.KindImage, Name: name},
+		Reason:   "boot ISO from the Image Factory on each node that runs or gets one of the cluster's VMs",
+		Expects:  "the Image Factory serves the schematic",
+		Attributes: []plan.Attribute{
+			{Key: "nodes", Value: strings.Join(missing, ",")},
+			{Key: "storage", Value: p.c.Proxmox.ISOStorage},
+			{Key: "schematic", Value: schematic},
+			{Key: "factory", Value: p.factory},
+			{Key: "talos", Value: p.c.Talos.Version},
+		},
+		Op: uploadBootISO{nodes: missing}}}, nil
 }
 
 func (p *Provider) planNetwork(inv *inventory) []plan.Change {
@@ -199,11 +274,11 @@ func (p *Provider) planNetwork(inv *inventory) []plan.Change {
 	attrs := []plan.Attribute{{Key: "comment", Value: p.poolComment()}}
 	switch {
 	case !inv.poolExists:
-		return []plan.Change{{Phase: plan.PhaseNetwork, Action: plan.ActionCreate, Resource: res,
-			Reason: "resource pool that marks the cluster's VMs as owned", Attributes: attrs}}
+		return []plan.Change{{Phase: plan.PhaseNetwork, Domain: plan.DomainProvider, Action: plan.ActionCreate, Resource: res,
+			Reason: "resource pool that marks the cluster's VMs as owned", Attributes: attrs, Op: ensurePool{}}}
 	case inv.poolComment != p.poolComment():
-		return []plan.Change{{Phase: plan.PhaseNetwork, Action: plan.ActionUpdate, Resource: res,
-			Reason: "restore the ownership comment", Attributes: attrs}}
+		return []plan.Change{{Phase: plan.PhaseNetwork, Domain: plan.DomainProvider, Action: plan.ActionUpdate, Resource: res,
+			Reason: "restore the ownership comment", Attributes: attrs, Op: ensurePool{}}}
 	}
 	return nil
 }
@@ -219,33 +294,35 @@ func (p *Provider) planCompute(want *reconcile.Desired, inv *inventory) ([]plan.
 	}
 	px := p.c.Proxmox
 	var out []plan.Change
+	step := func(action plan.Action, kind plan.ResourceKind, name, reason, expects string, op any, attrs ...plan.Attribute) {
+		out = append(out, plan.Change{Phase: plan.PhaseCompute, Domain: plan.DomainProvider, Action: action,
+			Resource: plan.Resource{Kind: kind, Name: name}, Reason: reason, Expects: expects, Attributes: attrs, Op: op})
+	}
 	for _, m := range want.Machines {
 		pool := m.Pool
 		v, exists := inv.owned[m.Hostname]
-		if !exists {
-			out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionCreate,
-				Resource:   plan.Resource{Kind: plan.KindCIData, Name: m.Hostname},
-				Reason:     "config ISO the VM reads its machine config from on first boot",
-				Attributes: []plan.Attribute{{Key: "node", Value: place[m.Hostname]}, {Key: "storage", Value: px.CIDataStorage}}})
-			out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionCreate,
-				Resource: plan.Resource{Kind: plan.KindMachine, Name: m.Hostname},
-				Reason:   "new " + string(pool.Role) + ", started after its firewall is in place",
-				Attributes: []plan.Attribute{
-					{Key: "node", Value: place[m.Hostname]},
-					{Key: "cores", Value: strconv.Itoa(pool.Cores)},
-					{Key: "memory", Value: fmt.Sprintf("%d GB", pool.Memory)},
-					{Key: "disk", Value: fmt.Sprintf("%d GB", pool.Disk)},
-					{Key: "storage", Value: px.Storage},
-					{Key: "bridge", Value: p.clusterBridge()},
-					{Key: "mac", Value: m.ClusterMAC},
-				}})
-			out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionCreate,
-				Resource:   plan.Resource{Kind: plan.KindFirewallRule, Name: m.Hostname},
-				Reason:     fmt.Sprintf("per-VM firewall: policy in DROP, %d accept rules", len(desiredRules)),
-				Attributes: []plan.Attribute{{Key: "rules", Value: rulesSummary(desiredRules)}}})
+		if exists {
+			out = append(out, p.planExisting(m, v, desiredRules)...)
 			continue
 		}
-		out = append(out, p.planExisting(m, v, desiredRules)...)
+		node := place[m.Hostname]
+		step(plan.ActionCreate, plan.KindCIData, m.Hostname, "config ISO the VM reads its machine config from on first boot",
+			"the cluster identity exists", uploadCIData{hostname: m.Hostname, node: node},
+			plan.Attribute{Key: "node", Value: node}, plan.Attribute{Key: "storage", Value: px.CIDataStorage})
+		step(plan.ActionCreate, plan.KindMachine, m.Hostname, "new "+string(pool.Role)+", started once its firewall is in place",
+			"no VM named "+m.Hostname+" exists", createVM{hostname: m.Hostname, node: node},
+			plan.Attribute{Key: "node", Value: node},
+			plan.Attribute{Key: "cores", Value: strconv.Itoa(pool.Cores)},
+			plan.Attribute{Key: "memory", Value: fmt.Sprintf("%d GB", pool.Memory)},
+			plan.Attribute{Key: "disk", Value: fmt.Sprintf("%d GB", pool.Disk)},
+			plan.Attribute{Key: "storage", Value: px.Storage},
+			plan.Attribute{Key: "bridge", Value: p.clusterBridge()},
+			plan.Attribute{Key: "mac", Value: m.ClusterMAC},
+			plan.Attribute{Key: "talos", Value: p.c.Talos.Version},
+			plan.Attribute{Key: "kubernetes", Value: p.c.Kubernetes.Version})
+		step(plan.ActionCreate, plan.KindFirewallRule, m.Hostname, fmt.Sprintf("per-VM firewall: policy in DROP, %d accept rules; then the VM is started", len(desiredRules)),
+			"the VM exists", setFirewall{hostname: m.Hostname, options: fwOptions, add: desiredRules, start: true},
+			plan.Attribute{Key: "rules", Value: rulesSummary(desiredRules)})
 	}
 	return out, nil
 }
@@ -258,48 +335,47 @@ func rulesSummary(rules []fwRule) string {
 	return strings.Join(parts, "; ")
 }
 
-// planExisting plans in-place changes of a VM that exists: size and
-// firewall. Refused changes were reported in the validate phase.
+// planExisting plans the in-place changes of a VM that exists: size, disk,
+// power and firewall. Refused changes were reported in the validate phase.
 func (p *Provider) planExisting(m machineconfig.Machine, v *vm, desiredRules []fwRule) []plan.Change {
 	var out []plan.Change
 	pool := m.Pool
 	machine := plan.Resource{Kind: plan.KindMachine, Name: m.Hostname}
+	update := func(res plan.Resource, reason string, op any, attrs ...plan.Attribute) {
+		out = append(out, plan.Change{Phase: plan.PhaseCompute, Domain: plan.DomainProvider, Action: plan.ActionUpdate,
+			Resource: res, Reason: reason, Expects: "the VM exists", Attributes: attrs, Op: op})
+	}
 	if v.cores != pool.Cores || v.memoryMB != pool.Memory*1024 {
-		out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionUpdate, Resource: machine,
-			Reason: "resize; takes effect at the next restart of the VM (converge --reboot)",
-			Attributes: []plan.Attribute{
-				{Key: "cores", Value: fmt.Sprintf("%d -> %d", v.cores, pool.Cores)},
-				{Key: "memory", Value: fmt.Sprintf("%d GB -> %d GB", v.memoryMB/1024, pool.Memory)},
-			}})
+		update(machine, "resize; Proxmox applies it when the VM next restarts, which this converge does not do",
+			resizeVM{hostname: m.Hostname, cores: pool.Cores, memoryMB: pool.Memory * 1024},
+			plan.Attribute{Key: "cores", Value: fmt.Sprintf("%d -> %d", v.cores, pool.Cores)},
+			plan.Attribute{Key: "memory", Value: fmt.Sprintf("%d GB -> %d GB", v.memoryMB/1024, pool.Memory)})
 	}
 	if v.diskGB < pool.Disk {
-		out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionUpdate, Resource: machine,
-			Reason:     "grow the disk online; Talos extends EPHEMERAL at the next reboot",
-			Attributes: []plan.Attribute{{Key: "disk", Value: fmt.Sprintf("%d GB -> %d GB", v.diskGB, pool.Disk)}}})
+		update(machine, "grow the disk online; Talos extends EPHEMERAL at the next reboot",
+			growDisk{hostname: m.Hostname, fromGB: v.diskGB, toGB: pool.Disk},
+			plan.Attribute{Key: "disk", Value: fmt.Sprintf("%d GB -> %d GB", v.diskGB, pool.Disk)})
 	}
 	if !v.running {
-		out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionUpdate, Resource: machine,
-			Reason: "the VM is stopped: start it", Attributes: []plan.Attribute{{Key: "power", Value: "start"}}})
+		update(machine, "the VM is stopped: start it", startVM{hostname: m.Hostname},
+			plan.Attribute{Key: "power", Value: "stopped -> running"})
 	}
-	if diff := optionsDiff(v.fwOptions); len(diff) > 0 {
-		var attrs []plan.Attribute
-		for _, k := range sortedKeys(diff) {
-			attrs = append(attrs, plan.Attribute{Key: k, Value: diff[k]})
-		}
-		out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionUpdate,
-			Resource: plan.Resource{Kind: plan.KindFirewallOptions, Name: m.Hostname},
-			Reason:   "per-VM firewall options drifted", Attributes: attrs})
-	}
+	options := optionsDiff(v.fwOptions)
 	add, del, _ := firewallDiff(v.fwRules, desiredRules)
-	for _, r := range add {
-		out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionCreate,
-			Resource: plan.Resource{Kind: plan.KindFirewallRule, Name: m.Hostname + "/" + r.String()},
-			Reason:   "missing per-VM firewall rule " + r.Comment})
-	}
-	for _, r := range del {
-		out = append(out, plan.Change{Phase: plan.PhaseCompute, Action: plan.ActionDelete,
-			Resource: plan.Resource{Kind: plan.KindFirewallRule, Name: fmt.Sprintf("%s/%s", m.Hostname, r)},
-			Reason:   "stale, duplicate or disabled rule on a port the security policy governs"})
+	if len(options) > 0 || len(add) > 0 || len(del) > 0 {
+		var attrs []plan.Attribute
+		for _, k := range sortedKeys(options) {
+			attrs = append(attrs, plan.Attribute{Key: k, Value: v.fwOptions[k] + " -> " + options[k]})
+		}
+		if len(add) > 0 {
+			attrs = append(attrs, plan.Attribute{Key: "add", Value: rulesSummary(add)})
+		}
+		if len(del) > 0 {
+			attrs = append(attrs, plan.Attribute{Key: "delete", Value: rulesSummary(del)})
+		}
+		update(plan.Resource{Kind: plan.KindFirewallRule, Name: m.Hostname},
+			"per-VM firewall drifted: missing, stale, duplicate or disabled rules on ports the security policy governs, or options",
+			setFirewall{hostname: m.Hostname, options: options, add: add, del: del}, attrs...)
 	}
 	return out
 }
@@ -310,14 +386,14 @@ func (p *Provider) planFinalize(want *reconcile.Desired, inv *inventory) []plan.
 	var out []plan.Change
 	for _, m := range want.Machines {
 		v, ok := inv.owned[m.Hostname]
-		if !ok || !v.running {
+		attached := !ok || strings.Contains(v.config["ide3"], cidataName(m.Hostname)) || strings.Contains(v.config["ide2"], ".iso")
+		if !attached || (ok && !v.running) {
 			continue
 		}
-		if strings.Contains(v.config["ide3"], cidataName(m.Hostname)) || strings.Contains(v.config["ide2"], ".iso") {
-			out = append(out, plan.Change{Phase: plan.PhaseHealth, Action: plan.ActionDelete,
-				Resource: plan.Resource{Kind: plan.KindCIData, Name: m.Hostname},
-				Reason:   "the node is installed: detach the boot and config ISOs and delete the config ISO"})
-		}
+		out = append(out, plan.Change{Phase: plan.PhaseHealth, Domain: plan.DomainProvider, Action: plan.ActionDelete,
+			Resource: plan.Resource{Kind: plan.KindCIData, Name: m.Hostname},
+			Reason:   "the node is installed: detach the boot and config ISOs and delete the config ISO (it holds the machine config)",
+			Expects:  "the VM exists", Op: finalize{hostname: m.Hostname}})
 	}
 	return out
 }
@@ -346,6 +422,9 @@ func (p *Provider) Warnings(have reconcile.Inventory) []string {
 	}
 	var out []string
 	for _, name := range sortedKeys(inv.owned) {
+		if nodes := p.c.Proxmox.Nodes; len(nodes) > 0 && !slices.Contains(nodes, inv.owned[name].node) {
+			out = append(out, fmt.Sprintf("VM %s runs on %s, which proxmox.nodes does not list; it stays there (VMs are not moved), only new VMs follow proxmox.nodes", name, inv.owned[name].node))
+		}
 		_, _, foreign := firewallDiff(inv.owned[name].fwRules, desired)
 		for _, r := range foreign {
 			out = append(out, fmt.Sprintf("VM %s has a firewall rule taloscluster does not manage (position %d: %s); it is left alone", name, r.Pos, r))

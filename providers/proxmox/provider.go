@@ -70,6 +70,15 @@ func New(c *spec.Cluster, files fs.FS, log *slog.Logger) (*Provider, error) {
 	}, nil
 }
 
+// Offline returns a provider that only plans: it has no API client, so
+// Observe and Apply fail. plan --offline uses it with Empty.
+func Offline(c *spec.Cluster) (*Provider, error) {
+	if c.Proxmox == nil {
+		return nil, fmt.Errorf("cluster %s has no proxmox section", c.Name)
+	}
+	return &Provider{c: c, log: slog.New(slog.DiscardHandler), factory: c.Proxmox.ImageFactory}, nil
+}
+
 // tlsConfig turns proxmox.tls_verify into a TLS config: system roots, plus
 // a CA bundle when a path is given; verification off only when false.
 func tlsConfig(v spec.TLSVerify, files fs.FS) (*tls.Config, error) {
@@ -130,6 +139,8 @@ type vm struct {
 	diskGB    int
 	storage   string
 	bridge    string
+	vlan      int    // the cluster NIC's VLAN tag, 0 for none
+	extBridge string // the external NIC's bridge, "" without one
 	config    map[string]string
 	addresses []netip.Addr
 	fwOptions map[string]string
@@ -138,6 +149,8 @@ type vm struct {
 
 // inventory is what Observe found.
 type inventory struct {
+	// offline is set on the inventory of a plan that asked nothing.
+	offline         bool
 	version         string
 	nodes           []string
 	clusterFirewall bool
@@ -146,6 +159,12 @@ type inventory struct {
 	owned           map[string]*vm // by hostname
 	foreign         map[string]int // VMs with a desired name that are not ours: name -> vmid
 	isos            map[string]bool
+}
+
+// Empty returns the inventory of a cluster of which nothing exists, for an
+// offline plan: no node, pool, VM or ISO is known.
+func (p *Provider) Empty() reconcile.Inventory {
+	return &inventory{offline: true, owned: map[string]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}}
 }
 
 func (inv *inventory) Machines() []reconcile.Machine {
@@ -169,6 +188,9 @@ func (inv *inventory) Machines() []reconcile.Machine {
 // Observe reads the pool, the owned VMs with their config, firewall and
 // addresses, and the boot ISOs present.
 func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
+	if p.api == nil {
+		return nil, fmt.Errorf("proxmox: an offline provider observes nothing")
+	}
 	ctx, cancel := p.callCtx(ctx)
 	defer cancel()
 	inv := &inventory{owned: map[string]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}}
@@ -259,6 +281,8 @@ func (p *Provider) observeVM(ctx context.Context, v *vm) error {
 	v.memoryMB, _ = strconv.Atoi(v.config["memory"])
 	v.storage, v.diskGB = diskOf(v.config["scsi0"])
 	v.bridge = propOf(v.config["net0"], "bridge")
+	v.vlan, _ = strconv.Atoi(propOf(v.config["net0"], "tag"))
+	v.extBridge = propOf(v.config["net1"], "bridge")
 	opts, err := p.api.GetItemConfigMapStringInterface(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/firewall/options", v.node, v.id), "firewall", "options")
 	if err != nil {
 		return fmt.Errorf("reading the firewall options of %s: %w", v.name, err)

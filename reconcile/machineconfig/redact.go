@@ -8,6 +8,7 @@ import (
 
 	"github.com/siderolabs/crypto/x509"
 	coreconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/runtime/extensions"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
@@ -150,4 +151,29 @@ func redactedText(cfg coreconfig.Provider) (string, error) {
 	}
 
 	return string(data), nil
+}
+
+// Parse reads a machine config as Talos does.
+func Parse(data []byte) (coreconfig.Provider, error) {
+	cfg, err := configloader.NewFromBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("reading a machine config: %w", err)
+	}
+
+	return cfg, nil
+}
+
+// DiffBytes is Diff of two encoded machine configs.
+func DiffBytes(old, new []byte) (string, error) {
+	a, err := Parse(old)
+	if err != nil {
+		return "", fmt.Errorf("old: %w", err)
+	}
+
+	b, err := Parse(new)
+	if err != nil {
+		return "", fmt.Errorf("new: %w", err)
+	}
+
+	return Diff(a, b)
 }

@@ -27,6 +27,9 @@ const (
 	ActionUpgradeKubernetes Action = "upgrade-kubernetes"
 	// ActionBootstrap initialises etcd on the first control plane ("*").
 	ActionBootstrap Action = "bootstrap"
+	// ActionWait is a gate: it changes nothing and waits until a condition
+	// holds, or stops the run ("=").
+	ActionWait Action = "wait"
 	// ActionRefuse marks a change that cluster.yaml asks for but that will
 	// not be made, because it cannot be made safely ("!").
 	ActionRefuse Action = "refuse"
@@ -42,6 +45,7 @@ var actions = []Action{
 	ActionUpgradeTalos,
 	ActionUpgradeKubernetes,
 	ActionBootstrap,
+	ActionWait,
 	ActionRefuse,
 }
 
@@ -57,7 +61,7 @@ func (a Action) Valid() bool {
 }
 
 // Symbol returns the short marker the text renderers print in front of a
-// change: "+", "~", "-/+", "-", ">", "^", "*" or "!". An unknown action
+// change: "+", "~", "-/+", "-", ">", "^", "*", "=" or "!". An unknown action
 // gives "?".
 func (a Action) Symbol() string {
 	switch a {
@@ -75,6 +79,8 @@ func (a Action) Symbol() string {
 		return "^"
 	case ActionBootstrap:
 		return "*"
+	case ActionWait:
+		return "="
 	case ActionRefuse:
 		return "!"
 	default:

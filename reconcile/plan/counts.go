@@ -25,6 +25,8 @@ type Counts struct {
 	Upgrade int
 	// Bootstrap counts ActionBootstrap changes.
 	Bootstrap int
+	// Wait counts ActionWait changes: gates that wait for a condition.
+	Wait int
 	// Refused counts the plan's refusals (every ActionRefuse change added
 	// with Add is among them).
 	Refused int
@@ -51,6 +53,8 @@ func (p *Plan) Counts() Counts {
 			n.Upgrade++
 		case ActionBootstrap:
 			n.Bootstrap++
+		case ActionWait:
+			n.Wait++
 		}
 	}
 	n.Refused = len(p.Refusals)
@@ -60,7 +64,7 @@ func (p *Plan) Counts() Counts {
 // Summary returns a one-line status of the plan, at most 140 characters,
 // fit for a commit status description:
 //
-//	+<create> ~<update> -<delete>[, N replacement(s)][, N upgrade(s)][, N bootstrap(s)][, N refused][, N warning(s)]
+//	+<create> ~<update> -<delete>[, N replacement(s)][, N upgrade(s)][, N bootstrap(s)][, N wait(s)][, N refused][, N warning(s)]
 //
 // for example "+2 ~1 -0, 1 upgrade, 1 refused". An empty plan gives
 // "no changes", followed by its warnings if it has any.
@@ -74,6 +78,7 @@ func (p *Plan) Summary() string {
 		parts = appendCount(parts, n.Replace, "replacement", "replacements")
 		parts = appendCount(parts, n.Upgrade, "upgrade", "upgrades")
 		parts = appendCount(parts, n.Bootstrap, "bootstrap", "bootstraps")
+		parts = appendCount(parts, n.Wait, "wait", "waits")
 		parts = appendCount(parts, n.Refused, "refused", "refused")
 	}
 	if p != nil {

@@ -81,6 +81,7 @@ func TestActionSymbol(t *testing.T) {
 		{plan.ActionUpgradeTalos, "^"},
 		{plan.ActionUpgradeKubernetes, "^"},
 		{plan.ActionBootstrap, "*"},
+		{plan.ActionWait, "="},
 		{plan.ActionRefuse, "!"},
 		{"rename", "?"},
 	}

@@ -20,7 +20,7 @@ import (
 
 // SchemaVersion is the version of the JSON schema this package writes. It
 // changes only when the schema changes in a way old readers cannot follow.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // Resource identifies the thing a change touches.
 type Resource struct {
@@ -45,10 +45,35 @@ type Attribute struct {
 	Value string `json:"value"`
 }
 
-// Change is one thing converge would do.
+// Domain says which world a step acts on.
+type Domain string
+
+// Domains of a step.
+const (
+	// DomainProvider steps change the provider's resources (VMs, ISOs,
+	// pools, firewalls).
+	DomainProvider Domain = "provider"
+	// DomainState steps write the cluster's state: talossecrets.yaml,
+	// talosconfig, kubeconfig.
+	DomainState Domain = "state"
+	// DomainTalos steps call the Talos API (bootstrap, apply config,
+	// upgrade, reset).
+	DomainTalos Domain = "talos"
+	// DomainKube steps call the Kubernetes API (cordon, drain, delete a
+	// node).
+	DomainKube Domain = "kube"
+	// DomainGate steps change nothing: they wait until a condition holds
+	// (addresses known, cluster healthy) and stop the run when it does not.
+	DomainGate Domain = "gate"
+)
+
+// Change is one step of a plan: one thing converge does, in order.
 type Change struct {
 	// Phase is the converge phase that makes the change.
 	Phase Phase `json:"phase"`
+	// Domain is the world the step acts on. Empty in a refusal-only
+	// change.
+	Domain Domain `json:"domain,omitempty"`
 	// Action is what the change does.
 	Action Action `json:"action"`
 	// Resource is what the change touches.
@@ -57,9 +82,29 @@ type Change struct {
 	Reason string `json:"reason"`
 	// Attributes are details worth showing with the change.
 	Attributes []Attribute `json:"attributes"`
+	// Expects is the step's precondition, for a person: what it expects
+	// of the world. Converge checks it again just before the step runs and
+	// stops when it no longer holds.
+	Expects string `json:"expects,omitempty"`
 	// Diff is an optional text diff, for example of a machine
 	// configuration. It must be redacted before it is put here.
 	Diff string `json:"diff,omitempty"`
+	// Op is the typed operation the executor of the step's domain runs.
+	// It is not part of the JSON form: a plan is shown from the other
+	// fields and executed from this one, never from display text.
+	Op any `json:"-"`
+}
+
+// Destructive reports whether the step deletes or replaces a machine (and
+// the data on it).
+func (c Change) Destructive() bool {
+	return c.Resource.Kind == KindMachine && (c.Action == ActionDelete || c.Action == ActionReplace)
+}
+
+// Step returns a one-line identity of the change: phase, domain, action
+// and resource. Two plans list the same steps when these lines are equal.
+func (c Change) Step() string {
+	return fmt.Sprintf("%s %s %s %s", c.Phase, c.Domain, c.Action, c.Resource)
 }
 
 // MarshalJSON writes the change with attributes as an array, never null.
@@ -179,11 +224,10 @@ func (p *Plan) Empty() bool {
 }
 
 // Sort puts the plan in its deterministic order, in place: changes by phase
-// (in converge order), then resource kind (in the order of Kinds), then
-// resource name, then action (in the order of Actions), then reason; the
-// attributes of each change by key; refusals by kind, name and reason.
-// Sorting is stable, so equal entries keep their order, and warnings keep
-// the order they were recorded in.
+// (in converge order), keeping the order the planner gave them within a
+// phase, which is the order converge runs them in; the attributes of each
+// change by key; refusals by kind, name and reason. Warnings keep the order
+// they were recorded in.
 func (p *Plan) Sort() {
 	slices.SortStableFunc(p.Changes, compareChanges)
 	for i := range p.Changes {
@@ -263,18 +307,9 @@ func validateResource(where string, r Resource) []error {
 	return errs
 }
 
-// compareChanges is the sort order of Sort.
+// compareChanges is the sort order of Sort: by phase only.
 func compareChanges(a, b Change) int {
-	if c := ComparePhases(a.Phase, b.Phase); c != 0 {
-		return c
-	}
-	if c := compareResources(a.Resource, b.Resource); c != 0 {
-		return c
-	}
-	if c := CompareActions(a.Action, b.Action); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Reason, b.Reason)
+	return ComparePhases(a.Phase, b.Phase)
 }
 
 // compareResources orders resources by kind, then name.

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"path"
 	"strings"
 	"time"
 
@@ -16,9 +18,12 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 )
 
 // CallTimeout bounds one Talos API call.
@@ -65,6 +70,17 @@ func New(ctx context.Context, talosconfig []byte) (*Client, error) {
 	return &Client{c: c}, nil
 }
 
+// Dial connects as the cluster's admin to the given endpoints (node
+// addresses), from the cluster identity alone; no talosconfig file is
+// needed.
+func Dial(ctx context.Context, cluster string, bundle *secrets.Bundle, endpoints []string) (*Client, error) {
+	data, err := Talosconfig(cluster, bundle, endpoints)
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, data)
+}
+
 // Close releases the connections.
 func (c *Client) Close() error { return c.c.Close() }
 
@@ -98,7 +114,7 @@ func (c *Client) Bootstrap(ctx context.Context, node string) error {
 	if err == nil || AlreadyBootstrapped(err) {
 		return nil
 	}
-	return fmt.Errorf("bootstrapping etcd on %s: %w", node, err)
+	return fmt.Errorf("bootstrapping etcd on %s: %w", node, classify(err))
 }
 
 // AlreadyBootstrapped reports whether a bootstrap error says etcd already
@@ -107,14 +123,15 @@ func AlreadyBootstrapped(err error) bool {
 	return status.Code(err) == codes.AlreadyExists || strings.Contains(err.Error(), "etcd data directory is not empty")
 }
 
-// Transient reports whether an error may go away on its own (the node is
-// booting or rebooting), so the call is worth retrying.
-func Transient(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded, codes.FailedPrecondition, codes.Aborted:
-		return true
+// classify marks the answers that mean "not yet" as transient: besides
+// the unreachable node (Unavailable, DeadlineExceeded), Talos answers
+// FailedPrecondition while a node is still booting ("bootstrap is not
+// available yet", "time is not in sync yet").
+func classify(err error) error {
+	if status.Code(err) == codes.FailedPrecondition {
+		return retry.Transient(err)
 	}
-	return errors.Is(err, context.DeadlineExceeded)
+	return err
 }
 
 // Unreachable reports whether an error means the node did not answer at
@@ -133,9 +150,62 @@ func (c *Client) Kubeconfig(ctx context.Context, node string) ([]byte, error) {
 	defer cancel()
 	data, err := c.c.Kubeconfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("fetching the kubeconfig from %s: %w", node, err)
+		return nil, fmt.Errorf("fetching the kubeconfig from %s: %w", node, classify(err))
 	}
 	return data, nil
+}
+
+// ConfigPath is where a Talos node keeps its running machine config: the
+// file config.yaml on the STATE partition.
+var ConfigPath = path.Join(constants.StateMountPoint, constants.ConfigFilename)
+
+// MaxConfigSize bounds a machine config read from a node.
+const MaxConfigSize = 4 << 20
+
+// RunningConfig reads the machine config a node runs with.
+func (c *Client) RunningConfig(ctx context.Context, node string) ([]byte, error) {
+	ctx, cancel := call(ctx, node)
+	defer cancel()
+	r, err := c.c.Read(ctx, ConfigPath)
+	if err != nil {
+		return nil, fmt.Errorf("reading the machine config of %s: %w", node, err)
+	}
+	defer r.Close()
+	data, err := io.ReadAll(io.LimitReader(r, MaxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the machine config of %s: %w", node, err)
+	}
+	if len(data) > MaxConfigSize {
+		return nil, fmt.Errorf("reading the machine config of %s: larger than %d bytes", node, MaxConfigSize)
+	}
+	return data, nil
+}
+
+// Service is the state of one Talos service on a node.
+type Service struct {
+	ID      string
+	State   string
+	Healthy bool
+	Message string
+}
+
+// Service returns the state of one service of a node, such as etcd. A
+// service the node does not run gives ok false.
+func (c *Client) Service(ctx context.Context, node, id string) (Service, bool, error) {
+	ctx, cancel := call(ctx, node)
+	defer cancel()
+	resp, err := c.c.ServiceList(ctx)
+	if err != nil {
+		return Service{}, false, fmt.Errorf("listing the services of %s: %w", node, err)
+	}
+	for _, m := range resp.GetMessages() {
+		for _, s := range m.GetServices() {
+			if s.GetId() == id {
+				return Service{ID: id, State: s.GetState(), Healthy: s.GetHealth().GetHealthy(), Message: s.GetHealth().GetLastMessage()}, true, nil
+			}
+		}
+	}
+	return Service{}, false, nil
 }
 
 // Member is one etcd member.
@@ -162,20 +232,12 @@ func (c *Client) EtcdMembers(ctx context.Context, node string) ([]Member, error)
 	return out, nil
 }
 
-// Retry calls f until it succeeds, fails with an error that is not
-// transient, or ctx ends; it waits between tries with a capped backoff.
-func Retry(ctx context.Context, f func(context.Context) error) error {
-	wait := 200 * time.Millisecond
-	for {
-		err := f(ctx)
-		if err == nil || !Transient(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (gave up: %w)", err, ctx.Err())
-		case <-time.After(wait):
-		}
-		wait = min(wait*2, 5*time.Second)
+// ConfigContext reads the current context's name and endpoints from a
+// talosconfig; both are empty when it cannot be read.
+func ConfigContext(talosconfig []byte) (string, []string) {
+	cfg, err := clientconfig.FromBytes(talosconfig)
+	if err != nil || cfg.Contexts[cfg.Context] == nil {
+		return "", nil
 	}
+	return cfg.Context, cfg.Contexts[cfg.Context].Endpoints
 }

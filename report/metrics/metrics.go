@@ -1,7 +1,8 @@
 // Package metrics exports the agent's Prometheus metrics: runs by kind and
 // result, their durations, the last success and drift of every cluster,
-// Git fetches, GitHub API calls and the rate limit, the queue and the runs
-// in progress. Every name starts with taloscluster_.
+// whether the last drift check could plan the cluster at all, Git fetches,
+// GitHub API calls and the rate limit, the queue and the runs in progress.
+// Every name starts with taloscluster_.
 //
 // Label values come only from fixed sets or from the repository's cluster
 // paths, never from free text such as error messages, so nothing secret can
@@ -67,10 +68,14 @@ const (
 	ResultFailure   Result = "failure"
 	ResultRefused   Result = "refused"
 	ResultCancelled Result = "cancelled"
+	// ResultRetried is a run that failed with a transient error and was
+	// queued to run again; the last try of a job ends in one of the other
+	// results.
+	ResultRetried Result = "retried"
 )
 
 // results lists every result of a run.
-var results = []Result{ResultSuccess, ResultFailure, ResultRefused, ResultCancelled}
+var results = []Result{ResultSuccess, ResultFailure, ResultRefused, ResultCancelled, ResultRetried}
 
 // GitHubOp names a GitHub API call the agent makes.
 type GitHubOp string
@@ -120,6 +125,7 @@ type Metrics struct {
 	runDuration   *prometheus.HistogramVec
 	lastSuccess   *prometheus.GaugeVec
 	drift         *prometheus.GaugeVec
+	driftCheck    *prometheus.GaugeVec
 	running       *prometheus.GaugeVec
 	lastFetch     prometheus.Gauge
 	fetches       *prometheus.CounterVec
@@ -157,6 +163,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Namespace: Namespace,
 			Name:      "cluster_drift",
 			Help:      "1 when the last drift check found the cluster differs from the default branch, else 0.",
+		}, []string{"cluster"}),
+		driftCheck: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_drift_check_success",
+			Help:      "1 when the last drift check of a cluster could plan it, 0 when it failed and drift is unknown (cluster_drift keeps the last known value).",
 		}, []string{"cluster"}),
 		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
@@ -212,7 +223,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.runs, m.runDuration, m.lastSuccess, m.drift, m.running,
+		m.runs, m.runDuration, m.lastSuccess, m.drift, m.driftCheck, m.running,
 		m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
 	}
 }
@@ -264,6 +275,7 @@ func (m *Metrics) forget(cluster string) {
 	l := prometheus.Labels{"cluster": cluster}
 	m.lastSuccess.DeletePartialMatch(l)
 	m.drift.DeletePartialMatch(l)
+	m.driftCheck.DeletePartialMatch(l)
 	m.running.DeletePartialMatch(l)
 }
 
@@ -296,7 +308,7 @@ func kindLabel(k Kind) string {
 
 func resultLabel(r Result) string {
 	switch r {
-	case ResultSuccess, ResultFailure, ResultRefused, ResultCancelled:
+	case ResultSuccess, ResultFailure, ResultRefused, ResultCancelled, ResultRetried:
 		return string(r)
 	}
 	return InvalidLabel
@@ -350,13 +362,23 @@ func (m *Metrics) RunFinished(kind Kind, cluster string, result Result, d time.D
 	}
 }
 
-// Drift records the outcome of a drift check of cluster.
+// Drift records the outcome of a drift check that could plan cluster:
+// whether it drifted, and that the check succeeded.
 func (m *Metrics) Drift(cluster string, drifted bool) {
 	v := 0.0
 	if drifted {
 		v = 1
 	}
-	m.drift.WithLabelValues(m.ClusterLabel(cluster)).Set(v)
+	c := m.ClusterLabel(cluster)
+	m.drift.WithLabelValues(c).Set(v)
+	m.driftCheck.WithLabelValues(c).Set(1)
+}
+
+// DriftCheckFailed records a drift check that could not plan cluster:
+// whether it drifted is unknown, so taloscluster_cluster_drift keeps its
+// last value and taloscluster_cluster_drift_check_success goes to 0.
+func (m *Metrics) DriftCheckFailed(cluster string) {
+	m.driftCheck.WithLabelValues(m.ClusterLabel(cluster)).Set(0)
 }
 
 // Fetched records a fetch of the repository that ended at at; a

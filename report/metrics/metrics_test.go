@@ -71,6 +71,7 @@ func TestNewRegistersEveryMetric(t *testing.T) {
 	m.RunStarted(metrics.KindPlan, "clusters/prod-a")
 	m.RunFinished(metrics.KindPlan, "clusters/prod-a", metrics.ResultSuccess, time.Second)
 	m.Drift("clusters/prod-a", false)
+	m.DriftCheckFailed("clusters/prod-a")
 	m.Fetched(true, epoch)
 	m.GitHubRequest(metrics.OpListPulls, 200)
 	m.RateLimitRemaining(4999)
@@ -88,6 +89,7 @@ func TestNewRegistersEveryMetric(t *testing.T) {
 		"taloscluster_run_duration_seconds",
 		"taloscluster_cluster_last_success_timestamp_seconds",
 		"taloscluster_cluster_drift",
+		"taloscluster_cluster_drift_check_success",
 		"taloscluster_git_last_fetch_timestamp_seconds",
 		"taloscluster_git_fetches_total",
 		"taloscluster_github_requests_total",
@@ -99,8 +101,8 @@ func TestNewRegistersEveryMetric(t *testing.T) {
 			t.Errorf("%s not gathered", name)
 		}
 	}
-	if len(got) != 10 {
-		t.Errorf("gathered %d metric families, want 10: %v", len(got), got)
+	if len(got) != 11 {
+		t.Errorf("gathered %d metric families, want 11: %v", len(got), got)
 	}
 	if _, err := metrics.New(reg); err == nil {
 		t.Error("registering a second Metrics with one registry succeeded")
@@ -131,6 +133,8 @@ func TestRunFinished(t *testing.T) {
 	m.RunFinished(metrics.KindConverge, "clusters/prod-a", metrics.ResultSuccess, 90*time.Second)
 	m.RunFinished(metrics.KindPlan, "clusters/prod-a", metrics.ResultRefused, 2*time.Second)
 	m.RunFinished(metrics.KindPlan, "clusters/prod-a", metrics.ResultCancelled, 500*time.Millisecond)
+	m.RunStarted(metrics.KindConverge, "clusters/prod-a")
+	m.RunFinished(metrics.KindConverge, "clusters/prod-a", metrics.ResultRetried, 0)
 	// A finish without a start never drives the gauge below zero.
 	m.RunFinished(metrics.KindPlan, "clusters/prod-a", metrics.ResultFailure, time.Second)
 
@@ -147,18 +151,22 @@ taloscluster_cluster_running{cluster="clusters/prod-a",kind="plan"} 0
 taloscluster_runs_total{kind="converge",result="cancelled"} 0
 taloscluster_runs_total{kind="converge",result="failure"} 0
 taloscluster_runs_total{kind="converge",result="refused"} 0
+taloscluster_runs_total{kind="converge",result="retried"} 1
 taloscluster_runs_total{kind="converge",result="success"} 1
 taloscluster_runs_total{kind="destroy",result="cancelled"} 0
 taloscluster_runs_total{kind="destroy",result="failure"} 0
 taloscluster_runs_total{kind="destroy",result="refused"} 0
+taloscluster_runs_total{kind="destroy",result="retried"} 0
 taloscluster_runs_total{kind="destroy",result="success"} 0
 taloscluster_runs_total{kind="drift",result="cancelled"} 0
 taloscluster_runs_total{kind="drift",result="failure"} 0
 taloscluster_runs_total{kind="drift",result="refused"} 0
+taloscluster_runs_total{kind="drift",result="retried"} 0
 taloscluster_runs_total{kind="drift",result="success"} 0
 taloscluster_runs_total{kind="plan",result="cancelled"} 1
 taloscluster_runs_total{kind="plan",result="failure"} 1
 taloscluster_runs_total{kind="plan",result="refused"} 1
+taloscluster_runs_total{kind="plan",result="retried"} 0
 taloscluster_runs_total{kind="plan",result="success"} 0
 `
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
@@ -169,22 +177,22 @@ taloscluster_runs_total{kind="plan",result="success"} 0
 	wantHist := `
 # HELP taloscluster_run_duration_seconds How long runs took, by kind.
 # TYPE taloscluster_run_duration_seconds histogram
-taloscluster_run_duration_seconds_bucket{kind="converge",le="1"} 0
-taloscluster_run_duration_seconds_bucket{kind="converge",le="2.5"} 0
-taloscluster_run_duration_seconds_bucket{kind="converge",le="5"} 0
-taloscluster_run_duration_seconds_bucket{kind="converge",le="10"} 0
-taloscluster_run_duration_seconds_bucket{kind="converge",le="20"} 0
-taloscluster_run_duration_seconds_bucket{kind="converge",le="30"} 0
-taloscluster_run_duration_seconds_bucket{kind="converge",le="60"} 0
-taloscluster_run_duration_seconds_bucket{kind="converge",le="120"} 1
-taloscluster_run_duration_seconds_bucket{kind="converge",le="300"} 1
-taloscluster_run_duration_seconds_bucket{kind="converge",le="600"} 1
-taloscluster_run_duration_seconds_bucket{kind="converge",le="1200"} 1
-taloscluster_run_duration_seconds_bucket{kind="converge",le="1800"} 1
-taloscluster_run_duration_seconds_bucket{kind="converge",le="3600"} 1
-taloscluster_run_duration_seconds_bucket{kind="converge",le="+Inf"} 1
+taloscluster_run_duration_seconds_bucket{kind="converge",le="1"} 1
+taloscluster_run_duration_seconds_bucket{kind="converge",le="2.5"} 1
+taloscluster_run_duration_seconds_bucket{kind="converge",le="5"} 1
+taloscluster_run_duration_seconds_bucket{kind="converge",le="10"} 1
+taloscluster_run_duration_seconds_bucket{kind="converge",le="20"} 1
+taloscluster_run_duration_seconds_bucket{kind="converge",le="30"} 1
+taloscluster_run_duration_seconds_bucket{kind="converge",le="60"} 1
+taloscluster_run_duration_seconds_bucket{kind="converge",le="120"} 2
+taloscluster_run_duration_seconds_bucket{kind="converge",le="300"} 2
+taloscluster_run_duration_seconds_bucket{kind="converge",le="600"} 2
+taloscluster_run_duration_seconds_bucket{kind="converge",le="1200"} 2
+taloscluster_run_duration_seconds_bucket{kind="converge",le="1800"} 2
+taloscluster_run_duration_seconds_bucket{kind="converge",le="3600"} 2
+taloscluster_run_duration_seconds_bucket{kind="converge",le="+Inf"} 2
 taloscluster_run_duration_seconds_sum{kind="converge"} 90
-taloscluster_run_duration_seconds_count{kind="converge"} 1
+taloscluster_run_duration_seconds_count{kind="converge"} 2
 taloscluster_run_duration_seconds_bucket{kind="plan",le="1"} 2
 taloscluster_run_duration_seconds_bucket{kind="plan",le="2.5"} 3
 taloscluster_run_duration_seconds_bucket{kind="plan",le="5"} 3
@@ -213,6 +221,11 @@ func TestDriftFetchGitHubQueue(t *testing.T) {
 	m.Drift("clusters/prod-a", true)
 	m.Drift("clusters/staging", true)
 	m.Drift("clusters/staging", false)
+	// A check that could not plan the cluster leaves the last known drift
+	// and says the check failed; one that works again says so.
+	m.DriftCheckFailed("clusters/prod-a")
+	m.DriftCheckFailed("clusters/staging")
+	m.Drift("clusters/staging", false)
 	m.Fetched(true, epoch)
 	m.Fetched(false, epoch.Add(time.Minute))
 	m.GitHubRequest(metrics.OpCreateComment, 201)
@@ -228,6 +241,10 @@ func TestDriftFetchGitHubQueue(t *testing.T) {
 # TYPE taloscluster_cluster_drift gauge
 taloscluster_cluster_drift{cluster="clusters/prod-a"} 1
 taloscluster_cluster_drift{cluster="clusters/staging"} 0
+# HELP taloscluster_cluster_drift_check_success 1 when the last drift check of a cluster could plan it, 0 when it failed and drift is unknown (cluster_drift keeps the last known value).
+# TYPE taloscluster_cluster_drift_check_success gauge
+taloscluster_cluster_drift_check_success{cluster="clusters/prod-a"} 0
+taloscluster_cluster_drift_check_success{cluster="clusters/staging"} 1
 # HELP taloscluster_git_fetches_total Fetches of the repository, by result.
 # TYPE taloscluster_git_fetches_total counter
 taloscluster_git_fetches_total{result="failure"} 1
@@ -249,7 +266,7 @@ taloscluster_github_rate_limit_remaining 4321
 taloscluster_queue_depth 7
 `
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
-		"taloscluster_cluster_drift", "taloscluster_git_fetches_total", "taloscluster_git_last_fetch_timestamp_seconds",
+		"taloscluster_cluster_drift", "taloscluster_cluster_drift_check_success", "taloscluster_git_fetches_total", "taloscluster_git_last_fetch_timestamp_seconds",
 		"taloscluster_github_requests_total", "taloscluster_github_rate_limit_remaining", "taloscluster_queue_depth"); err != nil {
 		t.Fatal(err)
 	}
@@ -306,6 +323,7 @@ func TestSecretNeverBecomesALabel(t *testing.T) {
 		m.RunStarted(metrics.KindConverge, s)
 		m.RunFinished(metrics.KindConverge, s, metrics.ResultSuccess, time.Second)
 		m.Drift(s, true)
+		m.DriftCheckFailed(s)
 		m.RunFinished(metrics.Kind(s), "clusters/prod-a", metrics.Result(s), time.Second)
 		m.GitHubRequest(metrics.GitHubOp(s), 200)
 	}
@@ -340,6 +358,7 @@ func TestSetClustersForgetsRemovedClusters(t *testing.T) {
 	m.SetClusters([]string{"clusters/prod-a", "clusters/old"})
 	m.Drift("clusters/prod-a", true)
 	m.Drift("clusters/old", true)
+	m.DriftCheckFailed("clusters/old")
 	m.RunStarted(metrics.KindConverge, "clusters/old")
 	m.RunFinished(metrics.KindConverge, "clusters/old", metrics.ResultSuccess, time.Minute)
 	if n := testutil.CollectAndCount(m, "taloscluster_cluster_drift"); n != 2 {
@@ -348,6 +367,9 @@ func TestSetClustersForgetsRemovedClusters(t *testing.T) {
 	m.SetClusters([]string{"clusters/prod-a"})
 	if n := testutil.CollectAndCount(m, "taloscluster_cluster_drift"); n != 1 {
 		t.Errorf("%d drift series after removing a cluster, want 1", n)
+	}
+	if n := testutil.CollectAndCount(m, "taloscluster_cluster_drift_check_success"); n != 1 {
+		t.Errorf("%d drift check series after removing a cluster, want 1", n)
 	}
 	for _, name := range []string{"taloscluster_cluster_last_success_timestamp_seconds", "taloscluster_cluster_running"} {
 		if n := testutil.CollectAndCount(m, name); n != 0 {

@@ -1,0 +1,388 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+
+	"github.com/taloscluster/taloscluster/reconcile/kube"
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
+	"github.com/taloscluster/taloscluster/reconcile/state"
+	"github.com/taloscluster/taloscluster/reconcile/talos"
+)
+
+// run is one execution of a plan: what earlier steps produced for later
+// ones.
+type run struct {
+	e      *Engine
+	want   *Desired
+	bundle *secrets.Bundle
+	tc     *talos.Client
+	tcFor  string // the endpoints tc was made for
+}
+
+// execute runs the plan's steps in order, each recorded in the journal
+// before it mutates anything. It stops at the first step that fails.
+func (e *Engine) execute(ctx context.Context, p *plan.Plan, want *Desired) error {
+	r := &run{e: e, want: want}
+	defer r.close()
+	total := executable(p)
+	i := 0
+	for _, st := range p.Changes {
+		if st.Action == plan.ActionRefuse {
+			continue
+		}
+		i++
+		e.say(st.Phase, "[%d/%d] %s %s %s", i, total, st.Action.Symbol(), st.Resource.Kind, st.Resource.Name)
+		if err := r.journaled(ctx, st); err != nil {
+			return fmt.Errorf("step %d of %d (%s %s %s): %w", i, total, st.Phase, st.Action, st.Resource, err)
+		}
+	}
+	return nil
+}
+
+func (r *run) close() {
+	if r.tc != nil {
+		_ = r.tc.Close()
+	}
+}
+
+// journaled runs one step; a mutating step is recorded in the journal
+// before and after.
+func (r *run) journaled(ctx context.Context, st plan.Change) error {
+	e := r.e
+	if e.Journal == nil || st.Domain == plan.DomainGate {
+		return r.step(ctx, st)
+	}
+	id, err := e.Journal.Begin(ctx, e.Key, state.Entry{Op: string(st.Action) + " " + string(st.Resource.Kind), Target: st.Resource.Name, Commit: e.Commit})
+	if err != nil {
+		return fmt.Errorf("recording the intent: %w", err)
+	}
+	err = r.step(ctx, st)
+	if jerr := e.Journal.Done(context.WithoutCancel(ctx), e.Key, id, err); jerr != nil && err == nil {
+		err = fmt.Errorf("recording the outcome: %w", jerr)
+	}
+	return err
+}
+
+// step dispatches one step to the executor of its operation; anything the
+// engine does not know is the provider's.
+func (r *run) step(ctx context.Context, st plan.Change) error {
+	switch op := st.Op.(type) {
+	case mintIdentity:
+		return r.mintIdentity(ctx)
+	case writeTalosconfig:
+		return r.writeTalosconfig(ctx)
+	case bootstrapEtcd:
+		return r.bootstrap(ctx, op.hostname)
+	case writeKubeconfig:
+		return r.writeKubeconfig(ctx)
+	case waitAddresses:
+		_, err := r.waitAddresses(ctx)
+		return err
+	case waitHealthy:
+		return r.waitHealthy(ctx)
+	}
+	if st.Domain != plan.DomainProvider && st.Domain != "" {
+		return fmt.Errorf("no executor for a %s step", st.Domain)
+	}
+	return r.e.Infra.Apply(ctx, r.want, st)
+}
+
+// identity returns the cluster identity from the state.
+func (r *run) identity(ctx context.Context) (*secrets.Bundle, error) {
+	if r.bundle != nil {
+		return r.bundle, nil
+	}
+	b, err := r.e.bundle(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return nil, fmt.Errorf("%w: %s does not exist", ErrPrecondition, TalosSecretsFile)
+	}
+	r.bundle = b
+	return b, nil
+}
+
+// mintIdentity creates the cluster identity. Its precondition: no identity
+// and no machine of the cluster exist, read again now.
+func (r *run) mintIdentity(ctx context.Context) error {
+	e := r.e
+	if ok, err := e.exists(ctx, TalosSecretsFile); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("%w: %s exists now; another run made it", ErrPrecondition, TalosSecretsFile)
+	}
+	inv, err := e.Infra.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	if ms := inv.Machines(); len(ms) > 0 {
+		return fmt.Errorf("%w: %d of the cluster's machines exist now (e.g. %s); a new identity would not match them", ErrPrecondition, len(ms), ms[0].Hostname)
+	}
+	b, err := machineconfig.NewSecrets(e.Cluster.Talos.Version)
+	if err != nil {
+		return err
+	}
+	enc, err := machineconfig.EncodeSecrets(b)
+	if err != nil {
+		return err
+	}
+	if err := e.State.Create(ctx, e.Key, TalosSecretsFile, enc); err != nil {
+		return fmt.Errorf("storing the new cluster identity: %w", err)
+	}
+	e.say(plan.PhaseSecrets, "minted a new cluster identity in %s: back it up now", TalosSecretsFile)
+	r.bundle = b
+	return e.configs(r.want, b)
+}
+
+// waitAddresses waits until every desired machine reports an address and
+// returns the control planes' addresses in order. Every ReportEvery it says
+// which machines are still missing and what the provider knows of them.
+func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
+	e := r.e
+	ctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
+	defer cancel()
+	cps := controlPlanes(r.want)
+	lastReport := time.Now()
+	var missing []string
+	for {
+		inv, err := e.Infra.Observe(ctx)
+		missing = missing[:0]
+		var addrs []string
+		if err == nil {
+			for _, m := range r.want.Machines {
+				have, ok := machineNamed(inv, m.Hostname)
+				switch {
+				case !ok:
+					missing = append(missing, m.Hostname+" (no such VM)")
+				case !have.Running:
+					missing = append(missing, m.Hostname+" (stopped)")
+				case len(have.Addresses) == 0:
+					missing = append(missing, m.Hostname+" (running, no address reported yet)")
+				case slices.Contains(cps, m.Hostname):
+					addrs = append(addrs, have.Addresses[0].String())
+				}
+			}
+			if len(missing) == 0 {
+				return addrs, nil
+			}
+		} else if ctx.Err() == nil && !retry.IsTransient(err) {
+			return nil, err
+		}
+		if time.Since(lastReport) >= e.reportEvery() {
+			lastReport = time.Now()
+			if err != nil {
+				e.say(plan.PhaseBootstrap, "still waiting for addresses: the provider did not answer: %v", err)
+			} else {
+				e.say(plan.PhaseBootstrap, "still waiting for addresses of %s", strings.Join(missing, ", "))
+			}
+		}
+		if werr := retry.Sleep(ctx, e.poll()); werr != nil {
+			if err != nil {
+				return nil, fmt.Errorf("waiting for machine addresses: %w (last error: %v)", werr, err)
+			}
+			return nil, fmt.Errorf("waiting for machine addresses: still missing %s: %w", strings.Join(missing, ", "), werr)
+		}
+	}
+}
+
+// talosClient returns a Talos client for the control planes' current
+// addresses.
+func (r *run) talosClient(ctx context.Context) (*talos.Client, []string, error) {
+	cps, err := r.waitAddresses(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	key := strings.Join(cps, ",")
+	if r.tc != nil && r.tcFor == key {
+		return r.tc, cps, nil
+	}
+	b, err := r.identity(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := talos.Dial(ctx, r.e.Cluster.Name, b, cps)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.close()
+	r.tc, r.tcFor = tc, key
+	return tc, cps, nil
+}
+
+// writeTalosconfig writes talosconfig with the control planes' addresses.
+func (r *run) writeTalosconfig(ctx context.Context) error {
+	e := r.e
+	b, err := r.identity(ctx)
+	if err != nil {
+		return err
+	}
+	cps, err := r.waitAddresses(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := talos.Talosconfig(e.Cluster.Name, b, cps)
+	if err != nil {
+		return err
+	}
+	if err := e.State.Put(ctx, e.Key, TalosconfigFile, data); err != nil {
+		return err
+	}
+	e.say(plan.PhaseBootstrap, "wrote %s (endpoints %s)", TalosconfigFile, strings.Join(cps, ", "))
+	return nil
+}
+
+// bootstrap bootstraps etcd on the first control plane. Its precondition,
+// read again now: no control plane's etcd runs; if one does, the cluster
+// was bootstrapped meanwhile and there is nothing to do.
+func (r *run) bootstrap(ctx context.Context, hostname string) error {
+	e := r.e
+	tc, cps, err := r.talosClient(ctx)
+	if err != nil {
+		return err
+	}
+	bctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
+	defer cancel()
+	err = retry.Do(bctx, retry.Policy{Initial: e.poll() / 4, Max: e.poll()}, func(ctx context.Context) error {
+		for _, addr := range cps {
+			s, ok, err := tc.Service(ctx, addr, "etcd")
+			if err != nil {
+				return err
+			}
+			if ok && s.State == "Running" {
+				e.say(plan.PhaseBootstrap, "etcd already runs on %s: the cluster is bootstrapped, nothing to do", addr)
+				return nil
+			}
+		}
+		e.say(plan.PhaseBootstrap, "bootstrapping etcd on %s (%s)", hostname, cps[0])
+		return tc.Bootstrap(ctx, cps[0])
+	})
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// writeKubeconfig fetches the admin kubeconfig from the first control
+// plane that serves one and stores it.
+func (r *run) writeKubeconfig(ctx context.Context) error {
+	e := r.e
+	tc, cps, err := r.talosClient(ctx)
+	if err != nil {
+		return err
+	}
+	kctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
+	defer cancel()
+	var data []byte
+	err = retry.Do(kctx, retry.Policy{Initial: e.poll() / 4, Max: e.poll()}, func(ctx context.Context) error {
+		var err error
+		data, err = tc.Kubeconfig(ctx, cps[0])
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := e.State.Put(ctx, e.Key, KubeconfigFile, data); err != nil {
+		return err
+	}
+	e.say(plan.PhaseKubeconfig, "wrote %s", KubeconfigFile)
+	return nil
+}
+
+// waitHealthy waits until every desired machine is a Ready node and the
+// etcd members are exactly the control planes. Every ReportEvery it says
+// what it still waits for, with the last error.
+func (r *run) waitHealthy(ctx context.Context) error {
+	e := r.e
+	data, err := e.read(ctx, KubeconfigFile)
+	if err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("%w: there is no %s", ErrPrecondition, KubeconfigFile)
+	}
+	kc, err := kube.New(data)
+	if err != nil {
+		return err
+	}
+	tc, cps, err := r.talosClient(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
+	defer cancel()
+	lastReport := time.Now()
+	for {
+		why := r.unhealthy(ctx, tc, kc, cps)
+		if why == "" {
+			e.say(plan.PhaseHealth, "healthy: %d machines Ready, %d etcd members", len(r.want.Machines), len(cps))
+			return nil
+		}
+		if time.Since(lastReport) >= e.reportEvery() {
+			lastReport = time.Now()
+			e.say(plan.PhaseHealth, "still waiting for health: %s", why)
+		}
+		if err := retry.Sleep(ctx, e.poll()); err != nil {
+			return fmt.Errorf("waiting for the cluster to be healthy: %s: %w", why, err)
+		}
+	}
+}
+
+// unhealthy returns why the cluster is not healthy yet, or "".
+func (r *run) unhealthy(ctx context.Context, tc *talos.Client, kc *kube.Client, cps []string) string {
+	nodes, err := kc.Nodes(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	ready := map[string]bool{}
+	for _, n := range nodes {
+		ready[n.Name] = n.Ready
+	}
+	var missing []string
+	for _, m := range r.want.Machines {
+		if !ready[m.Hostname] {
+			missing = append(missing, m.Hostname)
+		}
+	}
+	if len(missing) > 0 {
+		return "not Ready yet: " + strings.Join(missing, ", ")
+	}
+	var last error
+	for _, addr := range cps {
+		members, err := tc.EtcdMembers(ctx, addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		var names []string
+		for _, m := range members {
+			if m.Learner {
+				return "etcd member " + m.Hostname + " is still a learner"
+			}
+			names = append(names, m.Hostname)
+		}
+		slices.Sort(names)
+		want := controlPlanes(r.want)
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			return fmt.Sprintf("etcd members are %s, want %s", strings.Join(names, ","), strings.Join(want, ","))
+		}
+		return ""
+	}
+	return fmt.Sprintf("no control plane lists the etcd members: %v", last)
+}
+
+func (e *Engine) reportEvery() time.Duration {
+	if e.ReportEvery > 0 {
+		return e.ReportEvery
+	}
+	return 30 * time.Second
+}

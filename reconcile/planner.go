@@ -1,0 +1,419 @@
+package reconcile
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+// Gate operations: what a wait step waits for.
+type (
+	// waitAddresses waits until every desired machine reports an address.
+	waitAddresses struct{}
+	// waitHealthy waits until every desired machine is a Ready node and
+	// the etcd members are exactly the control planes.
+	waitHealthy struct{}
+)
+
+// State operations.
+type (
+	// mintIdentity creates talossecrets.yaml; it expects none to exist and
+	// no machine of the cluster to exist.
+	mintIdentity struct{}
+	// writeTalosconfig writes talosconfig with the control planes'
+	// addresses as endpoints.
+	writeTalosconfig struct{}
+	// writeKubeconfig fetches the admin kubeconfig from the first control
+	// plane and stores it.
+	writeKubeconfig struct{}
+)
+
+// Talos operations.
+type (
+	// bootstrapEtcd bootstraps etcd on the first control plane, unless a
+	// control plane's etcd already has data.
+	bootstrapEtcd struct{ hostname string }
+)
+
+// Plan is the one planner: from what the cluster should be and what was
+// observed, the ordered steps converge runs, with refusals and warnings. It
+// does no I/O. plan --offline is Plan with Offline's observation.
+func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem) (*plan.Plan, error) {
+	c := want.Cluster
+	p := plan.New(c.Name)
+	for _, w := range warnings {
+		p.Warn(w.String())
+	}
+	add := func(phase plan.Phase) error {
+		steps, err := infra.Plan(phase, want, obs.Inventory)
+		if err != nil {
+			return fmt.Errorf("planning the %s phase: %w", phase, err)
+		}
+		for _, s := range steps {
+			if s.Domain == "" && s.Action != plan.ActionRefuse {
+				s.Domain = plan.DomainProvider
+			}
+			p.Add(s)
+		}
+		return nil
+	}
+
+	if err := add(plan.PhaseValidate); err != nil {
+		return nil, err
+	}
+	refuseIdentity(p, want, obs)
+	refuseScaleDown(p, want, obs)
+	refuseVersions(p, want, obs)
+	if err := refuseConfigs(p, want, obs); err != nil {
+		return nil, err
+	}
+	refuseUnreachable(p, obs)
+
+	if err := add(plan.PhaseImage); err != nil {
+		return nil, err
+	}
+	if !obs.State.Secrets && len(obs.Inventory.Machines()) == 0 {
+		p.Add(plan.Change{Phase: plan.PhaseSecrets, Domain: plan.DomainState, Action: plan.ActionCreate,
+			Resource: plan.Resource{Kind: plan.KindTalosSecrets, Name: TalosSecretsFile},
+			Reason:   "new cluster identity (cluster and etcd CAs, join tokens); back it up, it cannot be regenerated",
+			Expects:  "no " + TalosSecretsFile + " and no machine of the cluster exists",
+			Op:       mintIdentity{}})
+	}
+	if err := add(plan.PhaseNetwork); err != nil {
+		return nil, err
+	}
+	if err := add(plan.PhaseCompute); err != nil {
+		return nil, err
+	}
+	creating := slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
+		return ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionCreate
+	})
+	planBootstrap(p, want, obs, creating)
+	if !obs.State.Kubeconfig {
+		first := controlPlanes(want)[0]
+		endpoint, _ := Endpoint(c)
+		p.Add(plan.Change{Phase: plan.PhaseKubeconfig, Domain: plan.DomainState, Action: plan.ActionCreate,
+			Resource:   plan.Resource{Kind: plan.KindKubeconfig, Name: KubeconfigFile},
+			Reason:     "admin kubeconfig from " + first + ", written with mode 0600",
+			Attributes: []plan.Attribute{{Key: "server", Value: endpoint}},
+			Expects:    first + " answers the Talos API",
+			Op:         writeKubeconfig{}})
+	}
+	if executable(p) > 0 || unhealthy(want, obs) != "" {
+		why := "after the changes above"
+		if executable(p) == 0 {
+			why = "the cluster is not healthy now: " + unhealthy(want, obs)
+		}
+		p.Add(plan.Change{Phase: plan.PhaseHealth, Domain: plan.DomainGate, Action: plan.ActionWait,
+			Resource: plan.Resource{Kind: plan.KindCluster, Name: c.Name},
+			Reason:   fmt.Sprintf("health barrier: all %d machines are Ready nodes and the etcd members are the %d control planes (%s)", len(want.Machines), len(controlPlanes(want)), why),
+			Expects:  "the Kubernetes API and a control plane's etcd answer",
+			Op:       waitHealthy{}})
+	}
+	if err := add(plan.PhaseHealth); err != nil {
+		return nil, err
+	}
+	if w, ok := infra.(Warner); ok {
+		for _, msg := range w.Warnings(obs.Inventory) {
+			p.Warn(msg)
+		}
+	}
+	warnUnknownNodes(p, obs)
+	for _, name := range pluginNames(c) {
+		p.Warn(fmt.Sprintf("the %s section is validated, but this version does not run plugins yet; converge will not touch it", name))
+	}
+	p.Sort()
+	return p, nil
+}
+
+// planBootstrap adds the wait for addresses, talosconfig and the bootstrap
+// when they are needed.
+func planBootstrap(p *plan.Plan, want *Desired, obs *Observation, creating bool) {
+	c := want.Cluster
+	cps := controlPlanes(want)
+	missing := missingAddresses(want, obs)
+	if creating || len(missing) > 0 {
+		reason := "every machine reports an address through the provider"
+		if len(missing) > 0 && !creating {
+			reason += "; missing now: " + strings.Join(missing, ", ")
+		}
+		p.Add(plan.Change{Phase: plan.PhaseBootstrap, Domain: plan.DomainGate, Action: plan.ActionWait,
+			Resource: plan.Resource{Kind: plan.KindCluster, Name: c.Name + "/addresses"},
+			Reason:   reason, Expects: "the machines run", Op: waitAddresses{}})
+	}
+	cpCreated := slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
+		return ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionCreate && slices.Contains(cps, ch.Resource.Name)
+	})
+	res := plan.Resource{Kind: plan.KindTalosconfig, Name: TalosconfigFile}
+	switch {
+	case !obs.State.Talosconfig:
+		p.Add(plan.Change{Phase: plan.PhaseBootstrap, Domain: plan.DomainState, Action: plan.ActionCreate, Resource: res,
+			Reason:  "Talos client config with the control planes' addresses as endpoints, written with mode 0600",
+			Expects: "every control plane has an address", Op: writeTalosconfig{}})
+	case cpCreated || !slices.Equal(obs.State.TalosconfigEndpoints, cpAddresses(want, obs)):
+		p.Add(plan.Change{Phase: plan.PhaseBootstrap, Domain: plan.DomainState, Action: plan.ActionUpdate, Resource: res,
+			Reason:     "the control planes' addresses changed",
+			Attributes: []plan.Attribute{{Key: "endpoints", Value: strings.Join(obs.State.TalosconfigEndpoints, ",") + " -> " + addressesOrLater(cpAddresses(want, obs), cpCreated)}},
+			Expects:    "every control plane has an address", Op: writeTalosconfig{}})
+	}
+	if yes, known := obs.Bootstrapped(); !yes {
+		reason := "bootstrap etcd on the first control plane"
+		if !known {
+			reason = "bootstrap etcd on the first control plane unless it was bootstrapped before: that could not be read now (" + firstReason(obs) + ")"
+		}
+		p.Add(plan.Change{Phase: plan.PhaseBootstrap, Domain: plan.DomainTalos, Action: plan.ActionBootstrap,
+			Resource: plan.Resource{Kind: plan.KindMachine, Name: cps[0]},
+			Reason:   reason,
+			Expects:  "no control plane's etcd has data (checked again just before; Talos answering AlreadyExists counts as done)",
+			Op:       bootstrapEtcd{hostname: cps[0]}})
+	}
+}
+
+// executable counts the plan's steps that converge runs (refusals are not
+// steps).
+func executable(p *plan.Plan) int {
+	n := 0
+	for _, ch := range p.Changes {
+		if ch.Action != plan.ActionRefuse {
+			n++
+		}
+	}
+	return n
+}
+
+func addressesOrLater(addrs []string, later bool) string {
+	if later || len(addrs) == 0 {
+		return "(known once the new control planes run)"
+	}
+	return strings.Join(addrs, ",")
+}
+
+func firstReason(obs *Observation) string {
+	for _, r := range []string{obs.Etcd.Unknown, obs.Kube.Unknown, obs.TalosUnknown} {
+		if r != "" {
+			return r
+		}
+	}
+	return "unknown"
+}
+
+// cpAddresses returns the observed addresses of the desired control
+// planes, in order; empty when one is unknown.
+func cpAddresses(want *Desired, obs *Observation) []string {
+	var out []string
+	for _, h := range controlPlanes(want) {
+		m, ok := machineNamed(obs.Inventory, h)
+		if !ok || len(m.Addresses) == 0 {
+			return nil
+		}
+		out = append(out, m.Addresses[0].String())
+	}
+	return out
+}
+
+// missingAddresses lists the desired machines that exist but report no
+// address.
+func missingAddresses(want *Desired, obs *Observation) []string {
+	var out []string
+	for _, m := range want.Machines {
+		if have, ok := machineNamed(obs.Inventory, m.Hostname); ok && len(have.Addresses) == 0 {
+			out = append(out, m.Hostname)
+		}
+	}
+	return out
+}
+
+// refuseIdentity refuses a missing identity while machines exist, and an
+// identity made for a cluster of another name.
+func refuseIdentity(p *plan.Plan, want *Desired, obs *Observation) {
+	res := plan.Resource{Kind: plan.KindTalosSecrets, Name: TalosSecretsFile}
+	if ms := obs.Inventory.Machines(); !obs.State.Secrets && len(ms) > 0 {
+		p.Refuse(res, fmt.Sprintf("%s is missing but %d of the cluster's machines exist (e.g. %s): restore talossecrets.yaml from backup; a new identity would not match the running cluster", TalosSecretsFile, len(ms), ms[0].Hostname))
+	}
+	if ctx := obs.State.TalosconfigContext; ctx != "" && ctx != want.Cluster.Name {
+		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "name"}, fmt.Sprintf("name %s -> %s: the identity in this directory belongs to cluster %s; renaming a cluster is not supported (it would build a second cluster with the same identity)", ctx, want.Cluster.Name, ctx))
+	}
+}
+
+// refuseScaleDown refuses owned machines that cluster.yaml no longer has.
+func refuseScaleDown(p *plan.Plan, want *Desired, obs *Observation) {
+	for _, m := range obs.Inventory.Machines() {
+		if slices.ContainsFunc(want.Machines, func(d machineconfig.Machine) bool { return d.Hostname == m.Hostname }) {
+			continue
+		}
+		p.Refuse(plan.Resource{Kind: plan.KindMachine, Name: m.Hostname},
+			fmt.Sprintf("%s %s is not in cluster.yaml any more: removing machines (scale-down) is not supported yet; restore its pool's count", m.Role, m.Hostname))
+	}
+}
+
+// refuseVersions refuses Talos and Kubernetes version changes, which need
+// upgrades that are not supported yet.
+func refuseVersions(p *plan.Plan, want *Desired, obs *Observation) {
+	c := want.Cluster
+	byVersion := map[string][]string{}
+	for _, m := range obs.Inventory.Machines() {
+		if n, ok := obs.Nodes[m.Hostname]; ok && n.Unknown == "" && n.Version != c.Talos.Version {
+			byVersion[n.Version] = append(byVersion[n.Version], m.Hostname)
+		}
+	}
+	for _, v := range sortedKeys(byVersion) {
+		hosts := byVersion[v]
+		what := "upgrades are not supported yet"
+		if older(c.Talos.Version, v) {
+			what = "downgrades are not supported"
+		}
+		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "talos.version"},
+			fmt.Sprintf("talos.version %s -> %s on %s: %s", v, c.Talos.Version, strings.Join(hosts, ", "), what))
+	}
+	if have := obs.Kube.Version; obs.Kube.Unknown == "" && have != "" && !sameVersion(have, c.Kubernetes.Version) {
+		what := "upgrades are not supported yet"
+		if older(c.Kubernetes.Version, have) {
+			what = "downgrades are not supported"
+		}
+		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "kubernetes.version"},
+			fmt.Sprintf("kubernetes.version %s -> %s: %s", have, c.Kubernetes.Version, what))
+	}
+}
+
+// older reports whether version a is older than b; versions that do not
+// parse compare as not older.
+func older(a, b string) bool {
+	va, err1 := version.ParseGeneric(a)
+	vb, err2 := version.ParseGeneric(b)
+	return err1 == nil && err2 == nil && va.LessThan(vb)
+}
+
+func sameVersion(a, b string) bool {
+	va, err1 := version.ParseGeneric(a)
+	vb, err2 := version.ParseGeneric(b)
+	if err1 != nil || err2 != nil {
+		return a == b
+	}
+	return va.EqualTo(vb)
+}
+
+// refuseConfigs compares each node's running machine config with the one
+// cluster.yaml gives it: applying configs to running nodes is not
+// supported yet, so a difference is a refusal that shows the redacted diff.
+func refuseConfigs(p *plan.Plan, want *Desired, obs *Observation) error {
+	for _, m := range want.Machines {
+		n, ok := obs.Nodes[m.Hostname]
+		desired := want.Configs[m.Hostname]
+		if !ok || n.Config == nil || desired == nil {
+			continue
+		}
+		diff, err := machineconfig.DiffBytes(n.Config, desired)
+		if err != nil {
+			return fmt.Errorf("comparing the machine config of %s: %w", m.Hostname, err)
+		}
+		if diff == "" {
+			continue
+		}
+		p.Add(plan.Change{Phase: plan.PhaseApplyConfig, Action: plan.ActionRefuse,
+			Resource: plan.Resource{Kind: plan.KindMachine, Name: m.Hostname},
+			Reason:   "the running machine config differs from the one cluster.yaml gives this node (see the diff): applying configs to running nodes is not supported yet",
+			Diff:     diff})
+	}
+	return nil
+}
+
+// refuseUnreachable refuses to touch a cluster that was bootstrapped but
+// whose Kubernetes API does not answer: creating, bootstrapping or checking
+// health all need it.
+func refuseUnreachable(p *plan.Plan, obs *Observation) {
+	if obs.Offline || obs.Kube.Unknown == "" {
+		return
+	}
+	etcdUp := len(obs.Etcd.Members) > 0
+	if !obs.State.Kubeconfig && !etcdUp {
+		return
+	}
+	p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "kubernetes-api"},
+		"the cluster was bootstrapped but its Kubernetes API does not answer ("+obs.Kube.Unknown+"): converge will not create machines, bootstrap or check health; investigate the cluster and run again")
+}
+
+// unhealthy says why the observed cluster is not healthy, "" when it is or
+// when that is not known (nothing to compare yet).
+func unhealthy(want *Desired, obs *Observation) string {
+	if obs.Offline || len(obs.Inventory.Machines()) == 0 {
+		return ""
+	}
+	var why []string
+	for _, m := range want.Machines {
+		have, ok := machineNamed(obs.Inventory, m.Hostname)
+		if !ok {
+			continue
+		}
+		if n, ok := obs.Nodes[m.Hostname]; ok && n.Unknown != "" {
+			why = append(why, m.Hostname+" does not answer the Talos API")
+		} else if !ok && have.Running {
+			why = append(why, m.Hostname+" reports no address")
+		}
+	}
+	if obs.Kube.Unknown == "" {
+		ready := map[string]bool{}
+		for _, n := range obs.Kube.Nodes {
+			ready[n.Name] = n.Ready
+		}
+		for _, m := range want.Machines {
+			if owned(obs.Inventory, m.Hostname) && !ready[m.Hostname] {
+				why = append(why, m.Hostname+" is not a Ready node")
+			}
+		}
+	}
+	if obs.Etcd.Unknown == "" {
+		cps := controlPlanes(want)
+		var names []string
+		for _, mem := range obs.Etcd.Members {
+			names = append(names, mem.Hostname)
+		}
+		slices.Sort(names)
+		if !slices.Equal(names, cps) {
+			why = append(why, fmt.Sprintf("etcd members %s, want %s", strings.Join(names, ","), strings.Join(cps, ",")))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// warnUnknownNodes says which nodes could not be compared with
+// cluster.yaml, and why.
+func warnUnknownNodes(p *plan.Plan, obs *Observation) {
+	for _, h := range sortedKeys(obs.Nodes) {
+		n := obs.Nodes[h]
+		switch {
+		case n.Unknown != "":
+			p.Warn(fmt.Sprintf("%s (%s) did not answer the Talos API (%s): its version and machine config were not compared with cluster.yaml", h, n.Address, n.Unknown))
+		case n.ConfigUnknown != "":
+			p.Warn(fmt.Sprintf("%s: its running machine config could not be read (%s) and was not compared with cluster.yaml", h, n.ConfigUnknown))
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func pluginNames(c *spec.Cluster) []string {
+	var out []string
+	if c.Plugins.Rancher != nil {
+		out = append(out, "rancher")
+	}
+	if c.Plugins.ArgoCD != nil {
+		out = append(out, "argocd")
+	}
+	if c.Plugins.Charts != nil {
+		out = append(out, "charts")
+	}
+	return out
+}

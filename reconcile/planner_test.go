@@ -1,0 +1,209 @@
+package reconcile_test
+
+import (
+	"context"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/kube"
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+	"github.com/taloscluster/taloscluster/reconcile/talos"
+)
+
+// fakeInfra is a provider that plans nothing and owns the machines it is
+// given: the planner's own decisions are what these tests look at.
+type fakeInfra struct{}
+
+type fakeInventory []reconcile.Machine
+
+func (f fakeInventory) Machines() []reconcile.Machine { return f }
+
+func (fakeInfra) Observe(context.Context) (reconcile.Inventory, error) { return fakeInventory(nil), nil }
+func (fakeInfra) Empty() reconcile.Inventory                           { return fakeInventory(nil) }
+func (fakeInfra) Plan(plan.Phase, *reconcile.Desired, reconcile.Inventory) ([]plan.Change, error) {
+	return nil, nil
+}
+func (fakeInfra) Apply(context.Context, *reconcile.Desired, plan.Change) error { return nil }
+
+// converged returns the desired state of the bridge example and the
+// observation of that cluster converged and healthy.
+func converged(t *testing.T) (*reconcile.Desired, *reconcile.Observation) {
+	t.Helper()
+	c, _, err := spec.Load(filepath.Join("..", "examples", "proxmox-bridge"), spec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}}
+	obs := &reconcile.Observation{
+		State: reconcile.StateFacts{Secrets: true, Talosconfig: true, Kubeconfig: true, TalosconfigContext: c.Name},
+		Nodes: map[string]reconcile.NodeFacts{},
+		Kube:  reconcile.KubeFacts{Version: c.Kubernetes.Version},
+	}
+	var inv fakeInventory
+	for i, m := range want.Machines {
+		addr := netip.AddrFrom4([4]byte{192, 168, 50, byte(10 + i)})
+		inv = append(inv, reconcile.Machine{Hostname: m.Hostname, Role: m.Role(), Running: true, Addresses: []netip.Addr{addr}})
+		f := reconcile.NodeFacts{Address: addr.String(), Version: c.Talos.Version}
+		if m.Role() == spec.RoleControlPlane {
+			f.Etcd = "Running"
+			obs.Etcd.Members = append(obs.Etcd.Members, talos.Member{ID: uint64(i + 1), Hostname: m.Hostname})
+			obs.State.TalosconfigEndpoints = append(obs.State.TalosconfigEndpoints, addr.String())
+		}
+		obs.Nodes[m.Hostname] = f
+		obs.Kube.Nodes = append(obs.Kube.Nodes, kube.Node{Name: m.Hostname, Ready: true, KubeletVersion: c.Kubernetes.Version})
+	}
+	obs.Inventory = inv
+	return want, obs
+}
+
+func planOf(t *testing.T, want *reconcile.Desired, obs *reconcile.Observation) *plan.Plan {
+	t.Helper()
+	p, err := reconcile.Plan(want, obs, fakeInfra{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func refusedWith(p *plan.Plan, text string) bool {
+	for _, r := range p.Refusals {
+		if strings.Contains(r.Resource.String()+": "+r.Reason, text) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPlanOfConvergedClusterIsEmpty(t *testing.T) {
+	t.Parallel()
+	want, obs := converged(t)
+	if p := planOf(t, want, obs); !p.Empty() {
+		t.Fatalf("plan of a converged cluster: %s %+v %+v", p.Summary(), p.Changes, p.Refusals)
+	}
+}
+
+// TestBootstrapDecision covers the one decision that can cost a cluster:
+// whether etcd must be bootstrapped. Only etcd and the Kubernetes API
+// decide; a served kubeconfig proves nothing (Talos serves one before the
+// bootstrap).
+func TestBootstrapDecision(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		edit          func(*reconcile.Observation)
+		wantBootstrap bool
+		wantRefusal   string
+		wantReason    string
+	}{
+		{"converged", func(*reconcile.Observation) {}, false, "", ""},
+		{"API answers, no etcd facts", func(o *reconcile.Observation) {
+			o.Etcd = reconcile.EtcdFacts{Unknown: "no control plane's etcd is running"}
+		}, false, "", ""},
+		{"etcd has members, API down, kubeconfig kept", func(o *reconcile.Observation) {
+			o.Kube = reconcile.KubeFacts{Unknown: "the Kubernetes API does not answer: timeout"}
+		}, false, "the Kubernetes API does not answer", ""},
+		{"etcd runs, no kubeconfig, recovered one does not answer", func(o *reconcile.Observation) {
+			o.State.Kubeconfig = false
+			o.Kube = reconcile.KubeFacts{Unknown: "the Kubernetes API does not answer", Recovered: true}
+			o.Etcd = reconcile.EtcdFacts{Unknown: "x"}
+		}, false, "", ""},
+		{"never bootstrapped: every control plane waits for etcd", func(o *reconcile.Observation) {
+			o.State.Kubeconfig = false
+			o.Kube = reconcile.KubeFacts{Unknown: "the Kubernetes API does not answer", Recovered: true}
+			o.Etcd = reconcile.EtcdFacts{Unknown: "no control plane's etcd is running"}
+			for h, n := range o.Nodes {
+				if n.Etcd != "" {
+					n.Etcd = "Preparing"
+					o.Nodes[h] = n
+				}
+			}
+		}, true, "", "bootstrap etcd on the first control plane"},
+		{"unknown: a control plane does not answer", func(o *reconcile.Observation) {
+			o.State.Kubeconfig = false
+			o.Kube = reconcile.KubeFacts{Unknown: "no kubeconfig, and no control plane served one"}
+			o.Etcd = reconcile.EtcdFacts{Unknown: "no control plane's etcd is running"}
+			for h, n := range o.Nodes {
+				if n.Etcd != "" {
+					n.Etcd = "Preparing"
+				}
+				if strings.HasSuffix(h, "controlplane-02") {
+					n = reconcile.NodeFacts{Address: n.Address, Unknown: "connection refused"}
+				}
+				o.Nodes[h] = n
+			}
+		}, true, "", "could not be read now"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			want, obs := converged(t)
+			tt.edit(obs)
+			p := planOf(t, want, obs)
+			var boot *plan.Change
+			for i, ch := range p.Changes {
+				if ch.Action == plan.ActionBootstrap {
+					boot = &p.Changes[i]
+				}
+			}
+			if (boot != nil) != tt.wantBootstrap {
+				t.Fatalf("bootstrap planned = %t, want %t: %s", boot != nil, tt.wantBootstrap, p.Summary())
+			}
+			if boot != nil && (!strings.Contains(boot.Reason, tt.wantReason) || boot.Domain != plan.DomainTalos || boot.Expects == "") {
+				t.Errorf("bootstrap step %+v, want reason with %q, domain talos and a precondition", boot, tt.wantReason)
+			}
+			if tt.wantRefusal != "" && !refusedWith(p, tt.wantRefusal) {
+				t.Errorf("refusals %v, want one with %q", p.Refusals, tt.wantRefusal)
+			}
+			if tt.wantRefusal == "" && len(p.Refusals) > 0 {
+				t.Errorf("unexpected refusals %v", p.Refusals)
+			}
+		})
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*reconcile.Desired, *reconcile.Observation)
+		want string
+	}{
+		{"talos upgrade", func(_ *reconcile.Desired, o *reconcile.Observation) {
+			for h, n := range o.Nodes {
+				n.Version = "v1.13.7"
+				o.Nodes[h] = n
+			}
+		}, "talos.version v1.13.7 -> v1.13.8 on"},
+		{"kubernetes downgrade", func(_ *reconcile.Desired, o *reconcile.Observation) { o.Kube.Version = "v1.36.2" }, "kubernetes.version v1.36.2 -> v1.36.1: downgrades are not supported"},
+		{"kubernetes upgrade", func(_ *reconcile.Desired, o *reconcile.Observation) { o.Kube.Version = "v1.35.4" }, "kubernetes.version v1.35.4 -> v1.36.1: upgrades are not supported yet"},
+		{"scale-down", func(w *reconcile.Desired, _ *reconcile.Observation) { w.Machines = w.Machines[:len(w.Machines)-1] }, "scale-down"},
+		{"rename", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.TalosconfigContext = "other" }, "renaming a cluster is not supported"},
+		{"identity lost", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.Secrets = false }, "restore talossecrets.yaml from backup"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			want, obs := converged(t)
+			tt.edit(want, obs)
+			p := planOf(t, want, obs)
+			if !refusedWith(p, tt.want) {
+				t.Fatalf("refusals %v, want one with %q", p.Refusals, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnhealthyClusterGetsAHealthGate(t *testing.T) {
+	t.Parallel()
+	want, obs := converged(t)
+	obs.Kube.Nodes[0].Ready = false
+	p := planOf(t, want, obs)
+	if p.Empty() || p.Counts().Wait != 1 || !strings.Contains(p.Changes[len(p.Changes)-1].Reason, "not a Ready node") {
+		t.Fatalf("plan of a cluster with a NotReady node: %s %+v", p.Summary(), p.Changes)
+	}
+}
