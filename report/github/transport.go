@@ -3,16 +3,16 @@ package github
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 )
 
 // Transport wraps an http.RoundTripper for GitHub's REST API:
@@ -64,7 +64,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.mutate.Lock()
 		defer t.mutate.Unlock()
 		if wait := t.Spacing - time.Since(t.last); wait > 0 {
-			if err := sleep(req.Context(), wait); err != nil {
+			if err := retry.Sleep(req.Context(), wait); err != nil {
 				return nil, err
 			}
 		}
@@ -83,17 +83,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		t.cacheMu.Unlock()
 	}
-	backoff := 500 * time.Millisecond
+	backoff := retry.Policy{Initial: 500 * time.Millisecond, Max: 30 * time.Second}
 	for try := 1; ; try++ {
 		r, err := t.attempt(req, etagged)
 		if err != nil {
 			if try >= attempts || !retryable(req) || req.Context().Err() != nil {
 				return nil, err
 			}
-			if err := sleep(req.Context(), jitter(backoff)); err != nil {
+			if err := retry.Sleep(req.Context(), backoff.Backoff(try)); err != nil {
 				return nil, err
 			}
-			backoff = min(backoff*2, 30*time.Second)
 			continue
 		}
 		remaining := headerInt(r.Header, "X-RateLimit-Remaining", -1)
@@ -113,16 +112,15 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				return r, nil
 			}
 			r.Body.Close()
-			if err := sleep(req.Context(), wait); err != nil {
+			if err := retry.Sleep(req.Context(), wait); err != nil {
 				return nil, err
 			}
 			continue
 		case r.StatusCode >= 500 && retryable(req) && try < attempts:
 			r.Body.Close()
-			if err := sleep(req.Context(), jitter(backoff)); err != nil {
+			if err := retry.Sleep(req.Context(), backoff.Backoff(try)); err != nil {
 				return nil, err
 			}
-			backoff = min(backoff*2, 30*time.Second)
 			continue
 		}
 		if req.Method == http.MethodGet && r.StatusCode == http.StatusOK && r.Header.Get("ETag") != "" {
@@ -218,19 +216,4 @@ func headerInt(h http.Header, key string, def int) int {
 		return v
 	}
 	return def
-}
-
-func jitter(d time.Duration) time.Duration {
-	return d/2 + time.Duration(rand.Int64N(int64(d)))
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
