@@ -15,6 +15,7 @@ import (
 	"github.com/taloscluster/taloscluster/agent/httpapi"
 	"github.com/taloscluster/taloscluster/gitsync"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 	"github.com/taloscluster/taloscluster/report"
 	gh "github.com/taloscluster/taloscluster/report/github"
 	"github.com/taloscluster/taloscluster/report/metrics"
@@ -47,8 +48,10 @@ type Runner interface {
 	// Plan plans a cluster read from files, changing nothing.
 	Plan(ctx context.Context, cluster string, files fs.FS) (*plan.Plan, error)
 	// Converge makes the cluster match files at commit; progress lines go
-	// to log.
-	Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string)) error
+	// to log. Before its first mutation it calls approve with the plan it is
+	// about to run; an error from approve stops it, nothing changed, and
+	// Converge returns that error.
+	Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string), approve func(*plan.Plan) error) error
 	// Endpoints returns the provider endpoints a cluster sends credentials
 	// to, for the pull-request endpoint policy.
 	Endpoints(cluster string, files fs.FS) ([]string, error)
@@ -73,6 +76,10 @@ type Agent struct {
 	log      *slog.Logger
 	sched    *Scheduler
 	stop     context.CancelFunc
+	// retry paces the tries of a converge or plan that failed with a
+	// transient error: RetryInitial, RetryMax and RetryAttempts, which
+	// tests shrink.
+	retry retry.Policy
 
 	mu          sync.Mutex
 	defaultHead string
@@ -86,6 +93,9 @@ type Agent struct {
 	status      map[string]*httpapi.ClusterStatus
 	plans       map[string]string // id -> markdown
 	planOrder   []string
+	shown       map[shownKey]shownPlan // the last plan shown per cluster and pull request
+	shownOrder  []shownKey
+	approved    map[string]approvedPlan // cluster -> the plan its current converge job was allowed to run
 }
 
 // Deps are what New wires together.
@@ -107,6 +117,8 @@ func New(cfg *Config, d Deps) *Agent {
 	a := &Agent{cfg: cfg, repo: d.Repo, forge: d.Forge, runner: d.Runner, progress: d.Progress, metrics: d.Metrics,
 		redact: d.Redact, log: d.Log, planned: map[int]string{}, untrusted: map[int]string{},
 		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
+		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{},
+		retry: retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
 		// The first drift check comes one interval after start: on start,
 		// the resume logic converges what is behind.
 		lastDrift: time.Now()}
@@ -283,8 +295,10 @@ func (a *Agent) removed(ctx context.Context, cluster, head string) {
 	_ = a.forge.SetStatus(ctx, head, gh.StatusContext("converge", cluster), gh.StateSuccess, "directory removed: nothing destroyed", a.link(""))
 }
 
-// runMutation runs a converge or drift-heal job.
-func (a *Agent) runMutation(ctx context.Context, j Job) {
+// runMutation runs a converge or drift-heal job and returns how long to
+// wait before it runs again after a transient failure, or 0.
+func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
+	attempt := max(j.Attempt, 1)
 	statusCtx := gh.StatusContext("converge", j.Cluster)
 	started := time.Now()
 	a.setRunning(j.Cluster, string(j.Kind))
@@ -292,42 +306,101 @@ func (a *Agent) runMutation(ctx context.Context, j Job) {
 	if a.metrics != nil {
 		a.metrics.RunStarted(metrics.KindConverge, j.Cluster)
 	}
-	_ = a.forge.SetStatus(ctx, j.Commit, statusCtx, gh.StatePending, "converging", a.link(""))
+	running := "converging"
+	if attempt > 1 {
+		running = fmt.Sprintf("converging, attempt %d of %d", attempt, a.retry.Attempts)
+	}
+	_ = a.forge.SetStatus(ctx, j.Commit, statusCtx, gh.StatePending, running, a.link(""))
+	rv := a.newReview(ctx, j, attempt)
+	var logMu sync.Mutex
 	var lines []string
 	err := a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
-		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, func(s string) { lines = append(lines, s) })
+		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, func(s string) {
+			logMu.Lock()
+			lines = append(lines, s)
+			logMu.Unlock()
+		}, rv.approve)
 	})
-	result := metrics.ResultSuccess
-	state, desc := gh.StateSuccess, "converged"
-	if len(j.Covers) > 1 {
-		desc = fmt.Sprintf("converged, covering %d merges", len(j.Covers))
+	var again time.Duration
+	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, "converged"
+	switch {
+	case err == nil:
+		if len(j.Covers) > 1 {
+			desc = fmt.Sprintf("converged, covering %d merges", len(j.Covers))
+		}
+		if attempt > 1 {
+			desc += fmt.Sprintf(" (attempt %d of %d)", attempt, a.retry.Attempts)
+		}
+		if note := rv.note(); note != "" {
+			desc += "; " + note
+		}
+		if perr := a.progress.SetLastConverged(ctx, j.Cluster, j.Commit); perr != nil {
+			a.log.Error("recording the converged commit", "cluster", j.Cluster, "error", perr)
+		}
+	case rv.refused != "":
+		result, state, desc = metrics.ResultRefused, gh.StateFailure, fitLine("refused: "+rv.refused, gh.MaxDescription)
+		a.log.Warn("converge refused: the plan is not the reviewed plan", "cluster", j.Cluster, "commit", j.Commit, "reason", rv.refused)
+	default:
+		reason := firstLine(a.redact.String(err.Error()))
+		transient := retry.IsTransient(err)
+		result, state, desc = metrics.ResultFailure, gh.StateFailure, reason
+		switch {
+		case ctx.Err() != nil:
+			result = metrics.ResultCancelled
+		case transient && attempt < a.retry.Attempts:
+			again = a.retry.Backoff(attempt)
+			result, state = metrics.ResultRetried, gh.StatePending
+			desc = attemptDescription(attempt, a.retry.Attempts, reason, ", retrying in "+humanDuration(again))
+		case transient || attempt > 1:
+			desc = attemptDescription(attempt, a.retry.Attempts, reason, "")
+		}
+		if rv.ran != nil && len(rv.ran.Refusals) > 0 && result == metrics.ResultFailure {
+			result = metrics.ResultRefused
+		}
+		if again > 0 {
+			a.log.Warn("converge failed; retrying", "cluster", j.Cluster, "commit", j.Commit, "attempt", attempt, "in", again, "error", reason)
+		} else {
+			a.log.Error("converge failed", "cluster", j.Cluster, "commit", j.Commit, "attempt", attempt, "error", reason)
+		}
 	}
-	if err != nil {
-		result, state, desc = metrics.ResultFailure, gh.StateFailure, firstLine(a.redact.String(err.Error()))
-		a.log.Error("converge failed", "cluster", j.Cluster, "commit", j.Commit, "error", desc)
-	} else if perr := a.progress.SetLastConverged(ctx, j.Cluster, j.Commit); perr != nil {
-		a.log.Error("recording the converged commit", "cluster", j.Cluster, "error", perr)
+	if again == 0 {
+		a.forgetApproved(j.Cluster, j.Commit)
 	}
 	if a.metrics != nil {
 		a.metrics.RunFinished(metrics.KindConverge, j.Cluster, result, time.Since(started))
 	}
-	id := a.storePlan(j.Cluster, j.Commit, "converge", "```\n"+strings.Join(lines, "")+"\n```\n")
+	var page strings.Builder
+	if rv.ran != nil {
+		page.WriteString(report.Markdown(rv.ran) + "\n")
+	}
+	page.WriteString(rv.differencesText())
+	page.WriteString("```\n" + strings.Join(lines, "") + "\n```\n")
+	id := a.storePlan(j.Cluster, j.Commit, "converge", page.String())
 	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
 		s.LastConverge = &httpapi.RunSummary{Commit: j.Commit, Result: string(result), Time: time.Now(), PlanID: id}
 	})
-	for _, c := range j.Covers {
-		if pr, ok, err := a.forge.MergedPR(ctx, c); err == nil && ok {
+	// A try that will be retried only updates the statuses; the comment
+	// comes with the last one.
+	if again == 0 && ctx.Err() == nil {
+		for i, pr := range rv.prs {
+			if pr == 0 {
+				continue
+			}
 			body := fmt.Sprintf("**taloscluster converge** of `%s` at `%s`: **%s**", j.Cluster, short(j.Commit), desc)
 			if len(j.Covers) > 1 {
 				body += fmt.Sprintf("\n\nThis run covered the merges %s.", strings.Join(shorts(j.Covers), ", "))
 			}
-			_ = a.forge.Comment(ctx, pr, body)
+			if sec := rv.section(i, pr, a.link(id)); sec != "" {
+				body += "\n\n" + sec
+			}
+			_ = a.forge.Comment(ctx, pr, a.redact.String(body))
 		}
 	}
 	// The status comes last: it tells that the run is over.
 	for _, c := range j.Covers {
-		_ = a.forge.SetStatus(ctx, c, statusCtx, state, desc, a.link(id))
+		_ = a.forge.SetStatus(ctx, c, statusCtx, state, a.redact.String(desc), a.link(id))
 	}
+	return again
 }
 
 // withFiles runs f on the cluster's files at commit.
@@ -379,7 +452,7 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	for _, c := range affected {
 		_ = a.forge.SetStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
 	}
-	a.sched.Plan(p.Number, p.Head, affected, func(ctx context.Context) { a.planPR(ctx, p, base, affected) })
+	a.sched.Plan(p.Number, p.Head, affected, a.planPR(p, base, affected))
 }
 
 // untrustedBecause says why a pull request must not be planned with
@@ -404,55 +477,92 @@ func (a *Agent) untrustedBecause(ctx context.Context, p gh.PR) string {
 	return ""
 }
 
-// planPR plans every affected cluster at the head and posts one comment.
-func (a *Agent) planPR(ctx context.Context, p gh.PR, base string, clusters []string) {
-	var sections []gh.Section
-	var statuses []func()
-	for _, c := range clusters {
+// planPR returns the plan run of a pull request head: it plans every
+// affected cluster and posts one comment. A cluster whose plan failed with
+// a transient error is planned again on the next attempt, after the wait
+// the run returns.
+func (a *Agent) planPR(p gh.PR, base string, clusters []string) func(ctx context.Context, attempt int) time.Duration {
+	results := make([]clusterPlan, len(clusters))
+	todo := make([]int, len(clusters))
+	for i := range todo {
+		todo[i] = i
+	}
+	return func(ctx context.Context, attempt int) time.Duration {
+		var again time.Duration
+		var next []int
+		var statuses []func()
+		for _, i := range todo {
+			if ctx.Err() != nil {
+				return 0 // superseded by a newer push
+			}
+			r := a.planCluster(ctx, p, base, clusters[i], attempt)
+			results[i] = r
+			statuses = append(statuses, r.status)
+			if r.retry > 0 {
+				next = append(next, i)
+				again = max(again, r.retry)
+			}
+		}
 		if ctx.Err() != nil {
-			return // superseded by a newer push
+			return 0
 		}
-		sec, status := a.planCluster(ctx, p, base, c)
-		sections = append(sections, sec)
-		statuses = append(statuses, status)
-	}
-	if ctx.Err() != nil {
-		return
-	}
-	// The statuses come after the comment: a final status means the plan
-	// can be read.
-	defer func() {
-		for _, set := range statuses {
-			set()
+		todo = next
+		// The statuses come after the comment: a final status means the
+		// plan can be read.
+		defer func() {
+			for _, set := range statuses {
+				set()
+			}
+		}()
+		sections := make([]gh.Section, len(results))
+		for i, r := range results {
+			sections[i] = r.sec
 		}
-	}()
-	header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
-	if err := a.forge.UpsertComments(ctx, p.Number, gh.Compose(header, sections, 0)); err != nil {
-		a.log.Error("posting the plan comment; the next poll tries again", "pr", p.Number, "error", a.redact.String(err.Error()))
-		a.mu.Lock()
-		if a.planned[p.Number] == p.Head {
-			delete(a.planned, p.Number)
+		header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
+		if err := a.forge.UpsertComments(ctx, p.Number, gh.Compose(header, sections, 0)); err != nil {
+			a.log.Error("posting the plan comment; the next poll tries again", "pr", p.Number, "error", a.redact.String(err.Error()))
+			a.mu.Lock()
+			if a.planned[p.Number] == p.Head {
+				delete(a.planned, p.Number)
+			}
+			a.mu.Unlock()
+			return again
 		}
-		a.mu.Unlock()
+		// What the comment now shows is what a merge is checked against.
+		for i, c := range clusters {
+			a.rememberShown(c, p.Number, p.Head, results[i].plan)
+		}
+		return again
 	}
 }
 
-// planCluster plans one cluster of a pull request and returns its section
-// of the comment and the function that sets its final status.
-func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string) (gh.Section, func()) {
+// clusterPlan is the outcome of planning one cluster of a pull request.
+type clusterPlan struct {
+	sec gh.Section
+	// status sets the cluster's plan status.
+	status func()
+	// plan is the plan shown, nil when the section shows none.
+	plan *plan.Plan
+	// retry is the wait before planning again after a transient failure,
+	// 0 for none.
+	retry time.Duration
+}
+
+// planCluster plans one cluster of a pull request.
+func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, attempt int) clusterPlan {
 	started := time.Now()
 	statusCtx := gh.StatusContext("plan", cluster)
 	sec := gh.Section{Cluster: cluster}
-	fail := func(result metrics.Result, msg string) (gh.Section, func()) {
+	fail := func(result metrics.Result, desc, msg string) clusterPlan {
 		msg = a.redact.String(msg)
-		sec.Result, sec.Summary, sec.Body = string(result), firstLine(msg), "```\n"+msg+"\n```\n"
+		sec.Result, sec.Summary, sec.Body = string(result), firstLine(a.redact.String(desc)), "```\n"+msg+"\n```\n"
 		if a.metrics != nil {
 			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 		}
-		return sec, func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, gh.StateFailure, msg, "") }
+		return clusterPlan{sec: sec, status: func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, gh.StateFailure, a.redact.String(desc), "") }}
 	}
 	if why := a.endpointPolicy(p.Head, base, cluster); why != "" {
-		return fail(metrics.ResultRefused, "not planned: "+why)
+		return fail(metrics.ResultRefused, "not planned: "+why, "not planned: "+why)
 	}
 	if a.sched.Busy(cluster) {
 		sec.Summary = "(the cluster is being converged right now; this plan may change) "
@@ -465,9 +575,26 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string) 
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return sec, func() {}
+			return clusterPlan{sec: sec, status: func() {}}
 		}
-		return fail(metrics.ResultFailure, err.Error())
+		msg := a.redact.String(err.Error())
+		reason := firstLine(msg)
+		transient := retry.IsTransient(err)
+		switch {
+		case transient && attempt < a.retry.Attempts:
+			wait := a.retry.Backoff(attempt)
+			desc := attemptDescription(attempt, a.retry.Attempts, reason, ", retrying in "+humanDuration(wait))
+			a.log.Warn("plan failed; retrying", "pr", p.Number, "cluster", cluster, "attempt", attempt, "in", wait, "error", reason)
+			sec.Result, sec.Summary, sec.Body = string(metrics.ResultRetried), desc, "```\n"+msg+"\n```\n"
+			if a.metrics != nil {
+				a.metrics.RunFinished(metrics.KindPlan, cluster, metrics.ResultRetried, time.Since(started))
+			}
+			return clusterPlan{sec: sec, retry: wait,
+				status: func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, gh.StatePending, desc, "") }}
+		case transient || attempt > 1:
+			return fail(metrics.ResultFailure, attemptDescription(attempt, a.retry.Attempts, reason, ""), msg)
+		}
+		return fail(metrics.ResultFailure, msg, msg)
 	}
 	pl.Commit = p.Head
 	md := report.Markdown(pl)
@@ -487,7 +614,8 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string) 
 	a.record(cluster, func(s *httpapi.ClusterStatus) {
 		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
 	})
-	return sec, func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, state, desc, a.link(id)) }
+	return clusterPlan{sec: sec, plan: pl,
+		status: func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, state, a.redact.String(desc), a.link(id)) }}
 }
 
 // endpointPolicy refuses a pull request that points a cluster's
@@ -520,7 +648,10 @@ func (a *Agent) endpointPolicy(head, base, cluster string) string {
 }
 
 // drift plans every cluster on the default branch every drift interval;
-// with self_heal a drifted cluster is converged.
+// with self_heal a drifted cluster is converged. A plan with changes or
+// refusals is drift; a cluster that could not be planned is neither
+// drifted nor in sync: the failed check is recorded on the status page
+// and in taloscluster_cluster_drift_check_success.
 func (a *Agent) drift(ctx context.Context, head string) {
 	a.mu.Lock()
 	due := time.Since(a.lastDrift) >= a.cfg.DriftInterval.D()
@@ -533,7 +664,7 @@ func (a *Agent) drift(ctx context.Context, head string) {
 		return
 	}
 	for _, c := range clusters {
-		if a.sched.Busy(c) {
+		if a.sched.Busy(c) || a.sched.Requeued(c) {
 			continue
 		}
 		var pl *plan.Plan
@@ -542,11 +673,26 @@ func (a *Agent) drift(ctx context.Context, head string) {
 			pl, err = a.runner.Plan(ctx, c, files)
 			return err
 		})
-		drifted := err == nil && !pl.Empty()
+		if err == nil && pl == nil {
+			err = errors.New("the engine returned no plan")
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			reason := firstLine(a.redact.String(err.Error()))
+			a.log.Warn("drift check failed", "cluster", c, "commit", head, "error", reason)
+			if a.metrics != nil {
+				a.metrics.DriftCheckFailed(c)
+			}
+			a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError = reason })
+			continue
+		}
+		drifted := !pl.Empty()
 		if a.metrics != nil {
 			a.metrics.Drift(c, drifted)
 		}
-		a.record(c, func(s *httpapi.ClusterStatus) { s.Drift = drifted })
+		a.record(c, func(s *httpapi.ClusterStatus) { s.Drift, s.DriftError = drifted, "" })
 		if drifted && a.cfg.SelfHeal {
 			a.sched.Mutate(Job{Kind: KindDrift, Cluster: c, Commit: head})
 		}
@@ -628,7 +774,8 @@ func (a *Agent) Status() httpapi.StatusPage {
 	{
 		_, waiting := a.sched.Queue()
 		for _, j := range waiting {
-			page.Queue = append(page.Queue, httpapi.QueuedJob{Cluster: j.Cluster, Kind: string(j.Kind), Commit: j.Commit})
+			page.Queue = append(page.Queue, httpapi.QueuedJob{Cluster: j.Cluster, Kind: string(j.Kind), Commit: j.Commit,
+				Attempt: j.Attempt, NotBefore: j.NotBefore})
 		}
 	}
 	return page
@@ -663,6 +810,30 @@ func short(sha string) string {
 		return sha[:10]
 	}
 	return sha
+}
+
+// humanDuration writes a wait for people: "45s", "1m", "2m30s".
+func humanDuration(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	d = d.Round(time.Second)
+	if d < time.Minute {
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	}
+	if d >= time.Hour {
+		d = d.Round(time.Minute)
+		h, m := int(d/time.Hour), int(d%time.Hour/time.Minute)
+		if m == 0 {
+			return fmt.Sprintf("%dh", h)
+		}
+		return fmt.Sprintf("%dh%dm", h, m)
+	}
+	m, sec := int(d/time.Minute), int(d%time.Minute/time.Second)
+	if sec == 0 {
+		return fmt.Sprintf("%dm", m)
+	}
+	return fmt.Sprintf("%dm%ds", m, sec)
 }
 
 func shorts(shas []string) []string {

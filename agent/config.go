@@ -42,6 +42,21 @@ type Config struct {
 	DriftInterval Duration `yaml:"drift_interval"`
 	// SelfHeal converges drift found by the drift check.
 	SelfHeal bool `yaml:"self_heal"`
+	// RequireReviewedPlan makes the converge of a merge run only the plan
+	// people reviewed: the plan about to run must equal the last plan the
+	// agent showed on the merged pull request for that cluster (on the
+	// newest one when a run covers several merges). When it
+	// differs (another merge or drift came in between), or no plan is
+	// known (the agent restarted since, the commit was not merged through
+	// a pull request, the pull request's plan was never shown), the
+	// converge is refused before any change, with a failure status and a
+	// comment listing the differences; a pull request whose plan is shown
+	// and then merged converges it. A retry after a transient failure may
+	// run what is left of the plan an earlier attempt was allowed to run.
+	// Self-heal runs (self_heal) are not checked. Default false: the
+	// converge goes ahead and its comment shows the plan that ran and the
+	// differences since review.
+	RequireReviewedPlan bool `yaml:"require_reviewed_plan"`
 	// AllowedEndpoints are provider endpoints (URL prefixes) a pull request
 	// may point a cluster at besides the one on the default branch.
 	AllowedEndpoints []string `yaml:"allowed_endpoints"`
@@ -117,6 +132,16 @@ const (
 	DefaultMutationSpacing = time.Second
 	DefaultListen          = "127.0.0.1:8080"
 	DefaultGitHubAPI       = "https://api.github.com/"
+)
+
+// Retries of a converge or a plan that failed with a transient error
+// (retry.IsTransient): the job is requeued after a jittered wait that
+// starts at RetryInitial and doubles up to RetryMax, for at most
+// RetryAttempts tries in all. A terminal error is not retried.
+const (
+	RetryInitial  = 30 * time.Second
+	RetryMax      = 10 * time.Minute
+	RetryAttempts = 5
 )
 
 // LoadConfig reads and checks an agent configuration file. Unknown keys are

@@ -34,7 +34,7 @@ func (r *recorder) gate(commit string) chan struct{} {
 	return r.release[commit]
 }
 
-func (r *recorder) run(ctx context.Context, j agent.Job) {
+func (r *recorder) run(ctx context.Context, j agent.Job) time.Duration {
 	r.mu.Lock()
 	r.started = append(r.started, j)
 	r.active[j.Cluster]++
@@ -50,6 +50,7 @@ func (r *recorder) run(ctx context.Context, j agent.Job) {
 	r.active[j.Cluster]--
 	r.total--
 	r.mu.Unlock()
+	return 0
 }
 
 func (r *recorder) waitStarted(t *testing.T, n int) []agent.Job {
@@ -114,17 +115,18 @@ func TestIndependentClustersRunConcurrentlyWithinTheBound(t *testing.T) {
 
 func TestNewPushCancelsTheOlderPlan(t *testing.T) {
 	t.Parallel()
-	s := agent.NewScheduler(t.Context(), 4, func(context.Context, agent.Job) {})
+	s := agent.NewScheduler(t.Context(), 4, func(context.Context, agent.Job) time.Duration { return 0 })
 	cancelled := make(chan struct{})
 	started := make(chan struct{})
-	s.Plan(7, "head1", []string{"c/a"}, func(ctx context.Context) {
+	s.Plan(7, "head1", []string{"c/a"}, func(ctx context.Context, _ int) time.Duration {
 		close(started)
 		<-ctx.Done()
 		close(cancelled)
+		return 0
 	})
 	<-started
 	done := make(chan struct{})
-	s.Plan(7, "head2", []string{"c/a"}, func(ctx context.Context) { close(done) })
+	s.Plan(7, "head2", []string{"c/a"}, func(ctx context.Context, _ int) time.Duration { close(done); return 0 })
 	select {
 	case <-cancelled:
 	case <-time.After(5 * time.Second):
@@ -136,4 +138,146 @@ func TestNewPushCancelsTheOlderPlan(t *testing.T) {
 		t.Fatal("the newer plan did not run")
 	}
 	s.Close()
+}
+
+// flaky is a job runner that asks for a retry until a job's attempt
+// reaches pass, and records every run.
+type flaky struct {
+	mu   sync.Mutex
+	runs []agent.Job
+	pass int
+	wait time.Duration
+	ran  chan agent.Job
+}
+
+func (f *flaky) run(_ context.Context, j agent.Job) time.Duration {
+	f.mu.Lock()
+	f.runs = append(f.runs, j)
+	f.mu.Unlock()
+	f.ran <- j
+	if max(j.Attempt, 1) < f.pass {
+		return f.wait
+	}
+	return 0
+}
+
+func next(t *testing.T, ch <-chan agent.Job) agent.Job {
+	t.Helper()
+	select {
+	case j := <-ch:
+		return j
+	case <-time.After(5 * time.Second):
+		t.Fatal("no job ran")
+		return agent.Job{}
+	}
+}
+
+func TestAJobAskingForARetryRunsAgainWithTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	f := &flaky{pass: 3, wait: time.Millisecond, ran: make(chan agent.Job, 8)}
+	s := agent.NewScheduler(t.Context(), 4, f.run)
+	s.Mutate(agent.Job{Kind: agent.KindConverge, Cluster: "c/a", Commit: "m1"})
+	for want := 1; want <= 3; want++ {
+		if j := next(t, f.ran); max(j.Attempt, 1) != want || j.Commit != "m1" {
+			t.Fatalf("run %d: %+v", want, j)
+		}
+	}
+	s.Wait()
+	if n := len(f.runs); n != 3 {
+		t.Fatalf("%d runs, want 3", n)
+	}
+	if s.Requeued("c/a") || s.Busy("c/a") {
+		t.Fatal("the cluster is still requeued or busy after the last try")
+	}
+	s.Close()
+}
+
+func TestANewerMergeSupersedesARequeuedJob(t *testing.T) {
+	t.Parallel()
+	f := &flaky{pass: 99, wait: time.Hour, ran: make(chan agent.Job, 8)}
+	s := agent.NewScheduler(t.Context(), 4, f.run)
+	s.Mutate(agent.Job{Kind: agent.KindConverge, Cluster: "c/a", Commit: "m1"})
+	next(t, f.ran)
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.Requeued("c/a") {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed job was not requeued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_, waiting := s.Queue()
+	if len(waiting) != 1 || waiting[0].Attempt != 2 || waiting[0].NotBefore.IsZero() {
+		t.Fatalf("queue %+v; want the requeued job as attempt 2 with its time", waiting)
+	}
+	f.pass = 0 // the newer run succeeds
+	s.Mutate(agent.Job{Kind: agent.KindConverge, Cluster: "c/a", Commit: "m2"})
+	j := next(t, f.ran)
+	if j.Commit != "m2" || max(j.Attempt, 1) != 1 || !slices.Equal(j.Covers, []string{"m2", "m1"}) {
+		t.Fatalf("superseding job %+v; want m2 at attempt 1 covering m2 and m1", j)
+	}
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a superseded retry")
+	}
+	if len(f.runs) != 2 {
+		t.Fatalf("%d runs, want 2: the superseded retry must not run", len(f.runs))
+	}
+}
+
+func TestCloseDropsARequeuedJob(t *testing.T) {
+	t.Parallel()
+	f := &flaky{pass: 99, wait: time.Hour, ran: make(chan agent.Job, 8)}
+	s := agent.NewScheduler(t.Context(), 4, f.run)
+	s.Mutate(agent.Job{Kind: agent.KindConverge, Cluster: "c/a", Commit: "m1"})
+	next(t, f.ran)
+	for !s.Requeued("c/a") {
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for the requeued job's hour")
+	}
+}
+
+func TestAPlanRetriesAndANewerPushCancelsTheWait(t *testing.T) {
+	t.Parallel()
+	s := agent.NewScheduler(t.Context(), 1, func(context.Context, agent.Job) time.Duration { return 0 })
+	defer s.Close()
+	attempts := make(chan int, 8)
+	s.Plan(7, "head1", []string{"c/a"}, func(_ context.Context, attempt int) time.Duration {
+		attempts <- attempt
+		if attempt < 2 {
+			return time.Millisecond
+		}
+		return time.Hour // waits until the newer push
+	})
+	for want := 1; want <= 2; want++ {
+		select {
+		case got := <-attempts:
+			if got != want {
+				t.Fatalf("attempt %d, want %d", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("attempt %d never ran", want)
+		}
+	}
+	// The waiting retry holds no concurrency slot: with a bound of 1 the
+	// newer head's plan runs at once.
+	done := make(chan struct{})
+	s.Plan(7, "head2", []string{"c/a"}, func(context.Context, int) time.Duration { close(done); return 0 })
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the newer plan did not run")
+	}
+	s.Wait()
+	if len(attempts) != 0 {
+		t.Fatalf("the older plan ran again after the newer push")
+	}
 }

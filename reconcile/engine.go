@@ -15,6 +15,7 @@ import (
 
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/reconcile/state"
 )
@@ -183,7 +184,8 @@ func (e *Engine) Converge(ctx context.Context) error {
 			unreachable = unreachable || r.Resource.Name == "kubernetes-api"
 		}
 		if unreachable {
-			return fmt.Errorf("%w (%w), nothing was changed: %s", ErrRefused, ErrUnreachable, strings.Join(reasons, "; "))
+			// The API may answer again: worth another try later.
+			return retry.Transient(fmt.Errorf("%w (%w), nothing was changed: %s", ErrRefused, ErrUnreachable, strings.Join(reasons, "; ")))
 		}
 		return fmt.Errorf("%w, nothing was changed: %s", ErrRefused, strings.Join(reasons, "; "))
 	}
@@ -260,19 +262,14 @@ func (e *Engine) PlanDestroy(ctx context.Context) (*plan.Plan, error) {
 	for _, ch := range changes {
 		p.Add(ch)
 	}
+	kinds := map[string]plan.ResourceKind{KubeconfigFile: plan.KindKubeconfig, TalosconfigFile: plan.KindTalosconfig, TalosSecretsFile: plan.KindTalosSecrets}
 	for _, f := range []string{KubeconfigFile, TalosconfigFile, TalosSecretsFile} {
 		if ok, err := e.exists(ctx, f); err != nil {
 			return nil, err
 		} else if ok {
-			kind := plan.KindKubeconfig
-			switch f {
-			case TalosconfigFile:
-				kind = plan.KindTalosconfig
-			case TalosSecretsFile:
-				kind = plan.KindTalosSecrets
-			}
-			p.Add(plan.Change{Phase: plan.PhaseDestroy, Action: plan.ActionDelete,
-				Resource: plan.Resource{Kind: kind, Name: f}, Reason: "destroy: the cluster's local state is removed last"})
+			p.Add(plan.Change{Phase: plan.PhaseDestroy, Domain: plan.DomainState, Action: plan.ActionDelete,
+				Resource: plan.Resource{Kind: kinds[f], Name: f}, Reason: "destroy: the cluster's local state is removed last",
+				Expects: "no machine of the cluster exists any more", Op: deleteState{file: f}})
 		}
 	}
 	p.Warn("destroy deletes every machine of the cluster and its identity; workloads and their data on the machines are lost")
@@ -280,39 +277,25 @@ func (e *Engine) PlanDestroy(ctx context.Context) (*plan.Plan, error) {
 	return p, nil
 }
 
-// Destroy deletes the cluster's machines and resources, then its state
-// (the identity last, once nothing is left that it could rebuild).
+// Destroy runs the destroy plan: the cluster's machines and resources,
+// then its state (the identity last, once nothing is left that it could
+// rebuild). Approve, when set, sees the plan first.
 func (e *Engine) Destroy(ctx context.Context) error {
 	e.say(plan.PhaseDestroy, "destroying cluster %s", e.Cluster.Name)
 	if probs := e.Cluster.Credentials(); len(probs) > 0 {
 		return fmt.Errorf("credentials: %s", probs[0])
 	}
-	inv, err := e.Infra.Observe(ctx)
+	p, err := e.PlanDestroy(ctx)
 	if err != nil {
 		return err
 	}
-	want := &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster)}
-	steps, err := e.Infra.Plan(plan.PhaseDestroy, want, inv)
-	if err != nil {
-		return err
-	}
-	p := plan.New(e.Cluster.Name)
-	for _, s := range steps {
-		p.Add(s)
-	}
-	if err := e.execute(ctx, p, want); err != nil {
-		return err
-	}
-	if inv, err = e.Infra.Observe(ctx); err != nil {
-		return err
-	}
-	if left := inv.Machines(); len(left) > 0 {
-		return fmt.Errorf("destroy: %d machines are still there (e.g. %s); the cluster's state was kept", len(left), left[0].Hostname)
-	}
-	for _, f := range []string{KubeconfigFile, TalosconfigFile, TalosSecretsFile} {
-		if err := e.State.Delete(ctx, e.Key, f); err != nil {
+	if e.Approve != nil {
+		if err := e.Approve(p); err != nil {
 			return err
 		}
+	}
+	if err := e.execute(ctx, p, &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster)}); err != nil {
+		return err
 	}
 	e.say(plan.PhaseDestroy, "done: the machines, the pool and the local state of %s are gone (the shared boot ISO is kept)", e.Cluster.Name)
 	return nil

@@ -88,6 +88,8 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 		return err
 	case waitHealthy:
 		return r.waitHealthy(ctx)
+	case deleteState:
+		return r.deleteState(ctx, op.file)
 	}
 	if st.Domain != plan.DomainProvider && st.Domain != "" {
 		return fmt.Errorf("no executor for a %s step", st.Domain)
@@ -385,4 +387,18 @@ func (e *Engine) reportEvery() time.Duration {
 		return e.ReportEvery
 	}
 	return 30 * time.Second
+}
+
+// deleteState removes a state file at the end of a destroy. Its
+// precondition, read again now: no machine of the cluster is left, so the
+// identity is never dropped while something could still need it.
+func (r *run) deleteState(ctx context.Context, file string) error {
+	inv, err := r.e.Infra.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	if left := inv.Machines(); len(left) > 0 {
+		return fmt.Errorf("%w: %d machines are still there (e.g. %s); the cluster's state was kept", ErrPrecondition, len(left), left[0].Hostname)
+	}
+	return r.e.State.Delete(ctx, r.e.Key, file)
 }

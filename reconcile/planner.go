@@ -32,6 +32,9 @@ type (
 	// writeKubeconfig fetches the admin kubeconfig from the first control
 	// plane and stores it.
 	writeKubeconfig struct{}
+
+	// deleteState removes a state file once no machine is left.
+	deleteState struct{ file string }
 )
 
 // Talos operations.

@@ -23,8 +23,10 @@ type fakeInventory []reconcile.Machine
 
 func (f fakeInventory) Machines() []reconcile.Machine { return f }
 
-func (fakeInfra) Observe(context.Context) (reconcile.Inventory, error) { return fakeInventory(nil), nil }
-func (fakeInfra) Empty() reconcile.Inventory                           { return fakeInventory(nil) }
+func (fakeInfra) Observe(context.Context) (reconcile.Inventory, error) {
+	return fakeInventory(nil), nil
+}
+func (fakeInfra) Empty() reconcile.Inventory { return fakeInventory(nil) }
 func (fakeInfra) Plan(plan.Phase, *reconcile.Desired, reconcile.Inventory) ([]plan.Change, error) {
 	return nil, nil
 }

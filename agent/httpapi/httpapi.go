@@ -82,9 +82,13 @@ type ClusterStatus struct {
 	// means none yet.
 	LastPlan     *RunSummary
 	LastConverge *RunSummary
-	// Drift is true when the last drift check found the cluster differs
-	// from the default branch.
+	// Drift is true when the last drift check that could plan the cluster
+	// found it differs from the default branch.
 	Drift bool
+	// DriftError, when set, says why the last drift check could not plan
+	// the cluster (one line, secrets removed): whether it drifted is then
+	// unknown, and the page says the check failed rather than in sync.
+	DriftError string
 	// Running is the kind of the run in progress, empty when idle.
 	Running string
 }
@@ -93,7 +97,8 @@ type ClusterStatus struct {
 type RunSummary struct {
 	// Commit is the full SHA the run used; the page shows a short form.
 	Commit string
-	// Result is how the run ended: success, failure, refused, cancelled.
+	// Result is how the run ended: success, failure, refused, cancelled,
+	// or retried (failed with a transient error and queued again).
 	Result string
 	// Time is when the run finished.
 	Time time.Time
@@ -111,6 +116,12 @@ type QueuedJob struct {
 	Commit string
 	// Queued is when the job was queued.
 	Queued time.Time
+	// Attempt is the try the job will be, from 1; zero means 1. A job
+	// queued again after a transient failure has 2 or more.
+	Attempt int
+	// NotBefore, when set, is when a job queued again after a transient
+	// failure runs.
+	NotBefore time.Time
 }
 
 // planIDPattern is what a plan id must look like; any other id is 404

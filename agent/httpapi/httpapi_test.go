@@ -295,3 +295,32 @@ func TestReadOnly(t *testing.T) {
 		t.Error("a write method reached an agent callback")
 	}
 }
+
+func TestStatusPageShowsAFailedDriftCheckAndRetries(t *testing.T) {
+	t.Parallel()
+	page := httpapi.StatusPage{
+		Clusters: []httpapi.ClusterStatus{
+			{Path: "clusters/prod-a", DriftError: "listing VMs: 401 " + hostile},
+			{Path: "clusters/prod-b", Drift: true, DriftError: "proxmox: 503"},
+		},
+		Queue: []httpapi.QueuedJob{{Cluster: "clusters/prod-a", Kind: "converge", Commit: sha, Queued: when,
+			Attempt: 2, NotBefore: when.Add(time.Minute)}},
+	}
+	srv := serve(t, httpapi.Options{Status: func() httpapi.StatusPage { return page }})
+	res := do(t, srv, http.MethodGet, "/")
+	if res.code != http.StatusOK {
+		t.Fatalf("GET /: %d", res.code)
+	}
+	for _, want := range []string{
+		`<span class="failure">drift check failed: listing VMs: 401 &lt;script&gt;`,
+		`drift check failed: proxmox: 503</span> (the last check that worked found drift)`,
+		`converge (attempt 2, not before <time datetime="2026-03-01T12:01:00Z">2026-03-01 12:01:00 UTC</time>)`,
+	} {
+		if !strings.Contains(res.body, want) {
+			t.Errorf("status page lacks %q:\n%s", want, res.body)
+		}
+	}
+	if strings.Contains(res.body, "in sync") || strings.Contains(res.body, "<script>") {
+		t.Errorf("a failed drift check shows as in sync, or the error is not escaped:\n%s", res.body)
+	}
+}

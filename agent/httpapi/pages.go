@@ -24,7 +24,7 @@ var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
 	"inc": func(i int) int { return i + 1 },
 	"resultClass": func(result string) string {
 		switch result {
-		case "success", "failure", "refused", "cancelled":
+		case "success", "failure", "refused", "cancelled", "retried":
 			return result
 		}
 		return "other"
@@ -53,7 +53,7 @@ th, td { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertica
 th { background: #f3f3f3; }
 code, pre { font-family: ui-monospace, monospace; }
 pre { background: #f7f7f7; border: 1px solid #ddd; padding: 1rem; overflow-x: auto; white-space: pre-wrap; }
-.success { color: #176f2c; } .failure, .refused { color: #b00020; } .cancelled { color: #666; }
+.success { color: #176f2c; } .failure, .refused { color: #b00020; } .cancelled { color: #666; } .retried { color: #8a5a00; }
 .drift { color: #b00020; font-weight: bold; }
 .nowrap { white-space: nowrap; }
 </style>
@@ -74,7 +74,7 @@ pre { background: #f7f7f7; border: 1px solid #ddd; padding: 1rem; overflow-x: au
 <td><code>{{.Path}}</code></td>
 <td>{{template "run" .LastPlan}}</td>
 <td>{{template "run" .LastConverge}}</td>
-<td class="nowrap">{{if .Drift}}<span class="drift">drift</span>{{else}}in sync{{end}}</td>
+<td{{if not .DriftError}} class="nowrap"{{end}}>{{if .DriftError}}<span class="failure">drift check failed: {{.DriftError}}</span>{{if .Drift}} (the last check that worked found drift){{end}}{{else if .Drift}}<span class="drift">drift</span>{{else}}in sync{{end}}</td>
 <td class="nowrap">{{if .Running}}{{.Running}}{{else}}idle{{end}}</td>
 </tr>
 {{end}}</tbody>
@@ -83,7 +83,7 @@ pre { background: #f7f7f7; border: 1px solid #ddd; padding: 1rem; overflow-x: au
 {{if .Queue}}<table>
 <thead><tr><th>#</th><th>Cluster</th><th>Kind</th><th>Commit</th><th>Queued</th></tr></thead>
 <tbody>
-{{range $i, $j := .Queue}}<tr><td>{{inc $i}}</td><td><code>{{$j.Cluster}}</code></td><td>{{$j.Kind}}</td><td><code>{{short $j.Commit}}</code></td><td><time datetime="{{iso $j.Queued}}">{{when $j.Queued}}</time></td></tr>
+{{range $i, $j := .Queue}}<tr><td>{{inc $i}}</td><td><code>{{$j.Cluster}}</code></td><td>{{$j.Kind}}{{if gt $j.Attempt 1}} (attempt {{$j.Attempt}}{{if not $j.NotBefore.IsZero}}, not before <time datetime="{{iso $j.NotBefore}}">{{when $j.NotBefore}}</time>{{end}}){{end}}</td><td><code>{{short $j.Commit}}</code></td><td><time datetime="{{iso $j.Queued}}">{{when $j.Queued}}</time></td></tr>
 {{end}}</tbody>
 </table>{{else}}<p>Nothing queued.</p>{{end}}
 <p><a href="metrics">metrics</a> · <a href="readyz">readiness</a></p>

@@ -31,8 +31,10 @@ type emptyRunner struct{}
 func (emptyRunner) Plan(context.Context, string, fs.FS) (*plan.Plan, error) {
 	return plan.New("bench"), nil
 }
-func (emptyRunner) Converge(context.Context, string, string, fs.FS, func(string)) error { return nil }
-func (emptyRunner) Endpoints(string, fs.FS) ([]string, error)                           { return nil, nil }
+func (emptyRunner) Converge(context.Context, string, string, fs.FS, func(string), func(*plan.Plan) error) error {
+	return nil
+}
+func (emptyRunner) Endpoints(string, fs.FS) ([]string, error) { return nil, nil }
 
 // countingConn counts the bytes a connection reads and writes.
 type countingConn struct {

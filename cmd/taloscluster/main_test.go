@@ -150,7 +150,7 @@ func TestPlanOfflineJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &p); err != nil {
 		t.Fatalf("plan -o json is not JSON: %v\n%s", err, stdout)
 	}
-	if p.Version != 1 || p.Cluster != "edge" || p.Refusals == nil {
+	if p.Version != 2 || p.Cluster != "edge" || p.Refusals == nil {
 		t.Fatalf("unexpected header: %+v", p)
 	}
 	machines := 0

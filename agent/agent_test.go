@@ -1,0 +1,774 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taloscluster/taloscluster/agent"
+	"github.com/taloscluster/taloscluster/agent/httpapi"
+	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
+	"github.com/taloscluster/taloscluster/report"
+	gh "github.com/taloscluster/taloscluster/report/github"
+	"github.com/taloscluster/taloscluster/report/metrics"
+)
+
+// The fakes below model one cluster, clusters/a, whose cluster.yaml lists
+// the machines it should have, one name per word. The runner plans a
+// "create" step per machine not created yet and converges by creating
+// them.
+
+const (
+	cluster         = "clusters/a"
+	secret          = "s3cr3t-proxmox-token"
+	convergeContext = "taloscluster/converge: " + cluster
+	planContext     = "taloscluster/plan: " + cluster
+)
+
+type fakeRepo struct {
+	mu    sync.Mutex
+	heads gitsync.Heads
+	trees map[string]fstest.MapFS
+}
+
+func (r *fakeRepo) Fetch(context.Context, []int) (gitsync.Heads, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.heads
+	h.PRs = map[int]string{}
+	for n, head := range r.heads.PRs {
+		h.PRs[n] = head
+	}
+	return h, nil
+}
+
+func (r *fakeRepo) Tree(commit string) (fs.FS, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.trees[commit]
+	if !ok {
+		return nil, fmt.Errorf("no commit %s", commit)
+	}
+	return t, nil
+}
+
+func (r *fakeRepo) ChangedPaths(context.Context, string, string) ([]string, error) {
+	return []string{cluster + "/cluster.yaml"}, nil
+}
+
+func (r *fakeRepo) PRChanges(context.Context, string, string) ([]string, error) {
+	return []string{cluster + "/cluster.yaml"}, nil
+}
+
+func (r *fakeRepo) Commits(context.Context, string, string) ([]gitsync.Commit, error) {
+	return nil, nil
+}
+
+func (r *fakeRepo) ClusterDirs(string, []string) ([]string, error) { return []string{cluster}, nil }
+
+type status struct{ sha, context, state, description string }
+
+type fakeForge struct {
+	mu       sync.Mutex
+	open     []gh.PR
+	merged   map[string]int
+	statuses []status
+	comments map[int][]string // one-off comments
+	plans    map[int][]string // the plan comment, as last upserted
+}
+
+func (f *fakeForge) OpenPRs(context.Context, string) ([]gh.PR, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.open), nil
+}
+
+func (f *fakeForge) Permission(context.Context, string) (string, error) { return "write", nil }
+
+func (f *fakeForge) SetStatus(_ context.Context, sha, context, state, description, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statuses = append(f.statuses, status{sha, context, state, description})
+	return nil
+}
+
+func (f *fakeForge) UpsertComments(_ context.Context, pr int, bodies []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.plans[pr] = slices.Clone(bodies)
+	return nil
+}
+
+func (f *fakeForge) Comment(_ context.Context, pr int, body string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.comments[pr] = append(f.comments[pr], body)
+	return nil
+}
+
+func (f *fakeForge) MergedPR(_ context.Context, sha string) (int, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.merged[sha]
+	return n, ok, nil
+}
+
+func (f *fakeForge) Reachable(context.Context) error { return nil }
+
+// statusesOf returns the statuses of one context on a commit, oldest first.
+func (f *fakeForge) statusesOf(sha, context string) []status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []status
+	for _, s := range f.statuses {
+		if s.sha == sha && s.context == context {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (f *fakeForge) commentsOn(pr int) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.comments[pr])
+}
+
+// failure makes a converge create steps machines, then fail with err.
+type failure struct {
+	steps int
+	err   error
+}
+
+type fakeRunner struct {
+	mu sync.Mutex
+	// extra machines appear in every plan besides cluster.yaml's: what
+	// another merge or drift brings between review and merge.
+	extra []string
+	// refuse adds a refusal to every plan.
+	refuse bool
+	// planErrs fail the next plans, in order.
+	planErrs []error
+	// failures fail the next converges after approve, in order.
+	failures []failure
+	created  map[string]bool
+	// mutations lists every machine created, in order.
+	mutations []string
+	approved  []*plan.Plan
+	refusedBy []error // what approve returned when it refused
+	converges int
+}
+
+func (r *fakeRunner) planOf(files fs.FS) (*plan.Plan, error) {
+	data, err := fs.ReadFile(files, "cluster.yaml")
+	if err != nil {
+		return nil, err
+	}
+	pl := plan.New("a")
+	for _, name := range append(strings.Fields(string(data)), r.extra...) {
+		if r.created[name] {
+			continue
+		}
+		pl.Add(plan.Change{Phase: plan.PhaseCompute, Domain: plan.DomainProvider, Action: plan.ActionCreate,
+			Resource: plan.Resource{Kind: plan.KindMachine, Name: name}, Reason: "listed in cluster.yaml"})
+	}
+	if r.refuse {
+		pl.Refuse(plan.Resource{Kind: plan.KindMachine, Name: "cp-1"}, "shrinking the control plane is refused")
+	}
+	return pl, nil
+}
+
+func (r *fakeRunner) Plan(_ context.Context, _ string, files fs.FS) (*plan.Plan, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.planErrs) > 0 {
+		err := r.planErrs[0]
+		r.planErrs = r.planErrs[1:]
+		return nil, err
+	}
+	return r.planOf(files)
+}
+
+func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, log func(string), approve func(*plan.Plan) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.converges++
+	pl, err := r.planOf(files)
+	if err != nil {
+		return err
+	}
+	if pl.Empty() {
+		return nil
+	}
+	if err := approve(pl); err != nil {
+		r.refusedBy = append(r.refusedBy, err)
+		return err
+	}
+	r.approved = append(r.approved, pl)
+	if len(pl.Refusals) > 0 {
+		return fmt.Errorf("refused: %s", pl.Refusals[0].Reason)
+	}
+	var fail *failure
+	if len(r.failures) > 0 {
+		fail = &r.failures[0]
+		r.failures = r.failures[1:]
+	}
+	for i, c := range pl.Changes {
+		if fail != nil && i == fail.steps {
+			return fail.err
+		}
+		log("creating " + c.Resource.Name + "\n")
+		r.created[c.Resource.Name] = true
+		r.mutations = append(r.mutations, c.Resource.Name)
+	}
+	if fail != nil {
+		return fail.err
+	}
+	return nil
+}
+
+func (r *fakeRunner) Endpoints(string, fs.FS) ([]string, error) { return nil, nil }
+
+func (r *fakeRunner) set(f func(r *fakeRunner)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f(r)
+}
+
+type fakeProgress struct {
+	mu   sync.Mutex
+	last map[string]string
+}
+
+func (p *fakeProgress) LastConverged(_ context.Context, c string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last[c], nil
+}
+
+func (p *fakeProgress) SetLastConverged(_ context.Context, c, commit string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.last[c] = commit
+	return nil
+}
+
+// world is an agent with fakes, starting in sync at commit c0 with no
+// machines.
+type world struct {
+	t      *testing.T
+	agent  *agent.Agent
+	repo   *fakeRepo
+	forge  *fakeForge
+	runner *fakeRunner
+	reg    *prometheus.Registry
+	http   *httptest.Server
+}
+
+func newWorld(t *testing.T, edit func(*agent.Config)) *world {
+	t.Helper()
+	cfg := &agent.Config{
+		Repository: agent.Repository{URL: "https://git.example/org/clusters.git", DefaultBranch: "main"},
+		GitHub:     agent.GitHub{Repo: "org/clusters"},
+		SecretsDir: t.TempDir(), DataDir: t.TempDir(),
+	}
+	if edit != nil {
+		edit(cfg)
+	}
+	cfg.Defaults()
+	w := &world{
+		t: t,
+		repo: &fakeRepo{heads: gitsync.Heads{Default: "c0", DefaultBranch: "main"},
+			trees: map[string]fstest.MapFS{"c0": {cluster + "/cluster.yaml": {Data: []byte("")}}}},
+		forge:  &fakeForge{merged: map[string]int{}, comments: map[int][]string{}, plans: map[int][]string{}},
+		runner: &fakeRunner{created: map[string]bool{}},
+		reg:    prometheus.NewRegistry(),
+	}
+	m, err := metrics.New(w.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redact := &report.Redactor{}
+	redact.Add(secret)
+	w.agent = agent.New(cfg, agent.Deps{Repo: w.repo, Forge: w.forge, Runner: w.runner,
+		Progress: &fakeProgress{last: map[string]string{cluster: "c0"}}, Metrics: m, Redact: redact})
+	w.agent.SetRetryPolicy(retry.Policy{Initial: time.Millisecond, Max: 2 * time.Millisecond, Attempts: agent.RetryAttempts})
+	t.Cleanup(w.agent.Close)
+	w.http = httptest.NewServer(httpapi.New(httpapi.Options{Metrics: w.reg, Status: w.agent.Status, Plan: w.agent.Plan}))
+	t.Cleanup(w.http.Close)
+	w.poll()
+	return w
+}
+
+// poll polls once and waits for every job it started, retries included.
+func (w *world) poll() {
+	w.t.Helper()
+	if err := w.agent.Poll(w.t.Context()); err != nil {
+		w.t.Fatal(err)
+	}
+	w.agent.Wait()
+}
+
+// openPR opens pull request n at head, whose cluster.yaml lists machines,
+// and lets the agent plan it.
+func (w *world) openPR(n int, head, machines string) {
+	w.t.Helper()
+	w.repo.mu.Lock()
+	w.repo.trees[head] = fstest.MapFS{cluster + "/cluster.yaml": {Data: []byte(machines)}}
+	if w.repo.heads.PRs == nil {
+		w.repo.heads.PRs = map[int]string{}
+	}
+	w.repo.heads.PRs[n] = head
+	w.repo.mu.Unlock()
+	w.forge.mu.Lock()
+	w.forge.open = append(w.forge.open, gh.PR{Number: n, Head: head, Author: "alice", Title: "grow"})
+	w.forge.mu.Unlock()
+	w.poll()
+}
+
+// merge merges pull request n as commit sha, whose cluster.yaml lists
+// machines, and lets the agent converge it.
+func (w *world) merge(n int, sha, machines string) {
+	w.t.Helper()
+	w.land(n, sha, machines)
+	w.poll()
+}
+
+// land merges pull request n as commit sha without polling.
+func (w *world) land(n int, sha, machines string) {
+	w.t.Helper()
+	w.repo.mu.Lock()
+	w.repo.trees[sha] = fstest.MapFS{cluster + "/cluster.yaml": {Data: []byte(machines)}}
+	w.repo.heads.Default = sha
+	delete(w.repo.heads.PRs, n)
+	w.repo.mu.Unlock()
+	w.forge.mu.Lock()
+	w.forge.open = slices.DeleteFunc(w.forge.open, func(p gh.PR) bool { return p.Number == n })
+	w.forge.merged[sha] = n
+	w.forge.mu.Unlock()
+}
+
+func (w *world) get(path string) string {
+	w.t.Helper()
+	res, err := w.http.Client().Get(w.http.URL + path)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := res.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String()
+}
+
+func (w *world) metric(line string) bool {
+	return strings.Contains(w.get("/metrics"), line)
+}
+
+// last returns the final status of a context on a commit.
+func (w *world) last(sha, context string) status {
+	w.t.Helper()
+	all := w.forge.statusesOf(sha, context)
+	if len(all) == 0 {
+		w.t.Fatalf("no %s status on %s", context, sha)
+	}
+	return all[len(all)-1]
+}
+
+// checkReported fails when a status description is too long for GitHub
+// or anything reported holds the secret.
+func (w *world) checkReported() {
+	w.t.Helper()
+	w.forge.mu.Lock()
+	defer w.forge.mu.Unlock()
+	var all []string
+	for _, s := range w.forge.statuses {
+		if len(s.description) > gh.MaxDescription {
+			w.t.Errorf("status description of %d bytes: %q", len(s.description), s.description)
+		}
+		all = append(all, s.description)
+	}
+	for _, cs := range w.forge.comments {
+		all = append(all, cs...)
+	}
+	for _, cs := range w.forge.plans {
+		all = append(all, cs...)
+	}
+	all = append(all, w.get("/"))
+	for _, s := range all {
+		if strings.Contains(s, secret) {
+			w.t.Errorf("the secret reached a status, comment or page: %q", s)
+		}
+	}
+}
+
+func TestConvergeRunsTheReviewedPlan(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *agent.Config) { c.RequireReviewedPlan = true })
+	w.openPR(1, "h1", "w1 w2")
+	if s := w.last("h1", planContext); s.state != gh.StateSuccess {
+		t.Fatalf("plan status %+v", s)
+	}
+	w.merge(1, "m1", "w1 w2")
+	if s := w.last("m1", convergeContext); s.state != gh.StateSuccess || s.description != "converged" {
+		t.Fatalf("converge status %+v; want success, converged", s)
+	}
+	if got := w.runner.mutations; !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Fatalf("mutations %v", got)
+	}
+	comments := w.forge.commentsOn(1)
+	if len(comments) != 1 || !strings.Contains(comments[0], "The plan that ran is the plan shown on this pull request at `h1`") ||
+		strings.Contains(comments[0], "Plan changed since review") {
+		t.Fatalf("converge comments %q; want one saying the reviewed plan ran", comments)
+	}
+	w.checkReported()
+}
+
+func TestConvergeRefusesAnUnreviewedPlanWhenReviewIsRequired(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name     string
+		planned  bool // whether the agent showed a plan on the pull request
+		desc     string
+		comments []string
+	}{
+		{"changed since review", true, "refused: the plan changed since review (1 difference)",
+			[]string{"**Plan changed since review:**", "+ compute provider create machine w9", "The plan that would have run"}},
+		{"never shown", false, "refused: no reviewed plan: none was shown on #1 since the agent started",
+			[]string{"**Plan changed since review:** no plan of this cluster was shown", "+ compute provider create machine w1",
+				"+ compute provider create machine w9"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, func(c *agent.Config) { c.RequireReviewedPlan = true })
+			if tc.planned {
+				w.openPR(1, "h1", "w1 w2")
+			}
+			// Another merge or drift brings a machine nobody reviewed.
+			w.runner.set(func(r *fakeRunner) { r.extra = []string{"w9"} })
+			w.merge(1, "m1", "w1 w2")
+
+			s := w.last("m1", convergeContext)
+			if s.state != gh.StateFailure || s.description != tc.desc {
+				t.Fatalf("converge status %+v; want failure %q", s, tc.desc)
+			}
+			if len(w.runner.mutations) != 0 {
+				t.Fatalf("the refused converge mutated: %v", w.runner.mutations)
+			}
+			if len(w.runner.refusedBy) != 1 || !errors.Is(w.runner.refusedBy[0], agent.ErrPlanNotReviewed) || retry.IsTransient(w.runner.refusedBy[0]) {
+				t.Fatalf("approve returned %v; want one terminal ErrPlanNotReviewed", w.runner.refusedBy)
+			}
+			if w.runner.converges != 1 {
+				t.Fatalf("%d converges; a refusal is not retried", w.runner.converges)
+			}
+			comments := w.forge.commentsOn(1)
+			if len(comments) != 1 {
+				t.Fatalf("%d converge comments, want 1: %q", len(comments), comments)
+			}
+			for _, want := range append([]string{"**Refused:** `require_reviewed_plan` is set", "Nothing was changed"}, tc.comments...) {
+				if !strings.Contains(comments[0], want) {
+					t.Errorf("the comment lacks %q:\n%s", want, comments[0])
+				}
+			}
+			if !w.metric(`taloscluster_runs_total{kind="converge",result="refused"} 1`) {
+				t.Error("the refusal is not counted as refused")
+			}
+			w.checkReported()
+		})
+	}
+}
+
+func TestConvergeWithoutReviewRequiredShowsWhatChanged(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.openPR(1, "h1", "w1 w2")
+	w.runner.set(func(r *fakeRunner) { r.extra = []string{"w9"} })
+	w.merge(1, "m1", "w1 w2")
+	s := w.last("m1", convergeContext)
+	if s.state != gh.StateSuccess || s.description != "converged; the plan changed since review (1 difference)" {
+		t.Fatalf("converge status %+v", s)
+	}
+	if got := w.runner.mutations; !slices.Equal(got, []string{"w1", "w2", "w9"}) {
+		t.Fatalf("mutations %v; want the plan that ran, w9 included", got)
+	}
+	comments := w.forge.commentsOn(1)
+	if len(comments) != 1 {
+		t.Fatalf("converge comments %q", comments)
+	}
+	for _, want := range []string{"**Plan changed since review:** the plan that ran differs from the plan shown on this pull request at `h1`",
+		"```diff\n+ compute provider create machine w9\n```", "The plan that ran:", "w9"} {
+		if !strings.Contains(comments[0], want) {
+			t.Errorf("the comment lacks %q:\n%s", want, comments[0])
+		}
+	}
+	w.checkReported()
+}
+
+func TestTransientFailureIsRetriedWithEachAttemptReported(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *agent.Config) { c.RequireReviewedPlan = true })
+	w.openPR(1, "h1", "w1 w2")
+	transient := retry.Transient(errors.New("proxmox did not answer (token " + secret + ")"))
+	// The first try creates w1 then fails; the second fails at once; the
+	// third creates what is left: the rest of the reviewed plan.
+	w.runner.set(func(r *fakeRunner) { r.failures = []failure{{1, transient}, {0, transient}} })
+	w.merge(1, "m1", "w1 w2")
+
+	var pending []string
+	for _, s := range w.forge.statusesOf("m1", convergeContext) {
+		if strings.HasPrefix(s.description, "attempt") {
+			if s.state != gh.StatePending {
+				t.Errorf("a retried attempt has state %s: %+v", s.state, s)
+			}
+			pending = append(pending, s.description)
+		}
+	}
+	if len(pending) != 2 ||
+		!strings.HasPrefix(pending[0], "attempt 1 of 5 failed: proxmox did not answer (token [redacted]), retrying in ") ||
+		!strings.HasPrefix(pending[1], "attempt 2 of 5 failed: proxmox did not answer") || !strings.Contains(pending[1], ", retrying in ") {
+		t.Fatalf("attempt statuses %q", pending)
+	}
+	if s := w.last("m1", convergeContext); s.state != gh.StateSuccess || s.description != "converged (attempt 3 of 5)" {
+		t.Fatalf("final status %+v", s)
+	}
+	if got := w.runner.mutations; !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Fatalf("mutations %v; want each machine once", got)
+	}
+	if len(w.runner.refusedBy) != 0 {
+		t.Fatalf("a retry running the rest of the reviewed plan was refused: %v", w.runner.refusedBy)
+	}
+	if comments := w.forge.commentsOn(1); len(comments) != 1 || !strings.Contains(comments[0], "converged (attempt 3 of 5)") ||
+		!strings.Contains(comments[0], "Retries ran what was left of the plan the first attempt was allowed to run") ||
+		!strings.Contains(comments[0], "The plan that ran is the plan shown on this pull request at `h1`") {
+		t.Fatalf("converge comments %q; want one, after the last attempt, saying the reviewed plan ran", comments)
+	}
+	for _, want := range []string{`taloscluster_runs_total{kind="converge",result="retried"} 2`, `taloscluster_runs_total{kind="converge",result="success"} 1`} {
+		if !w.metric(want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	w.checkReported()
+}
+
+func TestTransientFailureGivesUpAfterTheLastAttempt(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	down := fmt.Errorf("creating a VM: %w", context.DeadlineExceeded) // transient by type
+	w.runner.set(func(r *fakeRunner) {
+		for range agent.RetryAttempts {
+			r.failures = append(r.failures, failure{0, down})
+		}
+	})
+	w.merge(1, "m1", "w1")
+	if w.runner.converges != agent.RetryAttempts {
+		t.Fatalf("%d converges, want %d", w.runner.converges, agent.RetryAttempts)
+	}
+	s := w.last("m1", convergeContext)
+	if s.state != gh.StateFailure || s.description != "attempt 5 of 5 failed: creating a VM: context deadline exceeded" {
+		t.Fatalf("final status %+v", s)
+	}
+	if n := len(w.forge.commentsOn(1)); n != 1 {
+		t.Fatalf("%d converge comments, want 1", n)
+	}
+	w.checkReported()
+}
+
+func TestANewerMergeCancelsAWaitingRetry(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.agent.SetRetryPolicy(retry.Policy{Initial: time.Hour, Max: time.Hour, Attempts: agent.RetryAttempts})
+	w.runner.set(func(r *fakeRunner) {
+		r.failures = []failure{{0, retry.Transient(errors.New("proxmox did not answer"))}}
+	})
+	w.land(1, "m1", "w1")
+	if err := w.agent.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		all := w.forge.statusesOf("m1", convergeContext)
+		if len(all) > 0 && strings.Contains(all[len(all)-1].description, ", retrying in ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the first merge was not requeued: %+v", all)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The newer merge runs at once, not in an hour, and covers the first.
+	w.merge(2, "m2", "w1 w2")
+	if w.runner.converges != 2 {
+		t.Fatalf("%d converges, want 2: the waiting retry must not run", w.runner.converges)
+	}
+	for _, sha := range []string{"m1", "m2"} {
+		if s := w.last(sha, convergeContext); s.state != gh.StateSuccess || s.description != "converged, covering 2 merges; no plan was shown on #2" {
+			t.Errorf("%s: %+v", sha, s)
+		}
+	}
+	if got := w.runner.mutations; !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Fatalf("mutations %v", got)
+	}
+}
+
+func TestTerminalFailureIsReportedOnce(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.runner.set(func(r *fakeRunner) {
+		r.failures = []failure{{0, errors.New("the disk of w1 cannot shrink")}}
+	})
+	w.merge(1, "m1", "w1")
+	if w.runner.converges != 1 {
+		t.Fatalf("%d converges; a terminal error is not retried", w.runner.converges)
+	}
+	all := w.forge.statusesOf("m1", convergeContext)
+	var failures int
+	for _, s := range all {
+		if strings.HasPrefix(s.description, "attempt") {
+			t.Errorf("a terminal failure reported an attempt: %+v", s)
+		}
+		if s.state == gh.StateFailure {
+			failures++
+		}
+	}
+	if last := all[len(all)-1]; failures != 1 || last.state != gh.StateFailure || last.description != "the disk of w1 cannot shrink" {
+		t.Fatalf("statuses %+v; want one failure with the reason, last", all)
+	}
+	if !w.metric(`taloscluster_runs_total{kind="converge",result="failure"} 1`) || !w.metric(`taloscluster_runs_total{kind="converge",result="retried"} 0`) {
+		t.Error("metrics do not count one failure and no retry")
+	}
+	w.checkReported()
+}
+
+func TestARefusingPlanFailsTheConverge(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.runner.set(func(r *fakeRunner) { r.refuse = true })
+	w.merge(1, "m1", "w1")
+	s := w.last("m1", convergeContext)
+	if s.state != gh.StateFailure || s.description != "refused: shrinking the control plane is refused" {
+		t.Fatalf("converge status %+v", s)
+	}
+	if w.runner.converges != 1 || len(w.runner.mutations) != 0 {
+		t.Fatalf("%d converges, mutations %v", w.runner.converges, w.runner.mutations)
+	}
+}
+
+func TestTransientPlanFailureIsRetried(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.runner.set(func(r *fakeRunner) {
+		r.planErrs = []error{retry.Transient(errors.New("proxmox is restarting"))}
+	})
+	w.openPR(1, "h1", "w1 w2")
+	all := w.forge.statusesOf("h1", planContext)
+	var attempts []status
+	for _, s := range all {
+		if strings.HasPrefix(s.description, "attempt") {
+			attempts = append(attempts, s)
+		}
+	}
+	if len(attempts) != 1 || attempts[0].state != gh.StatePending ||
+		!strings.HasPrefix(attempts[0].description, "attempt 1 of 5 failed: proxmox is restarting, retrying in ") {
+		t.Fatalf("plan statuses %+v; want one pending attempt", all)
+	}
+	if s := all[len(all)-1]; s.state != gh.StateSuccess {
+		t.Fatalf("final plan status %+v", s)
+	}
+	w.forge.mu.Lock()
+	body := strings.Join(w.forge.plans[1], "")
+	w.forge.mu.Unlock()
+	if !strings.Contains(body, "w2") || strings.Contains(body, "proxmox is restarting") {
+		t.Fatalf("the plan comment does not show the plan of the second attempt:\n%s", body)
+	}
+	// The plan shown after the retry is the reviewed one.
+	w.merge(1, "m1", "w1 w2")
+	if s := w.last("m1", convergeContext); s.description != "converged" {
+		t.Fatalf("converge status %+v", s)
+	}
+}
+
+func TestDriftCheckErrorIsRecorded(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *agent.Config) { c.DriftInterval = agent.Duration(time.Nanosecond) })
+	w.runner.set(func(r *fakeRunner) {
+		r.planErrs = []error{errors.New("listing VMs: 401 for token " + secret)}
+	})
+	w.poll()
+	st := w.agent.Status()
+	if len(st.Clusters) != 1 || st.Clusters[0].DriftError != "listing VMs: 401 for token [redacted]" || st.Clusters[0].Drift {
+		t.Fatalf("status %+v; want the failed drift check, not drift", st.Clusters)
+	}
+	page := w.get("/")
+	if !strings.Contains(page, "drift check failed: listing VMs: 401 for token [redacted]") || strings.Contains(page, "in sync") {
+		t.Fatalf("the status page does not say the drift check failed:\n%s", page)
+	}
+	if !w.metric(`taloscluster_cluster_drift_check_success{cluster="clusters/a"} 0`) {
+		t.Errorf("metrics:\n%s", w.get("/metrics"))
+	}
+	w.checkReported()
+
+	// A plan with refusals is drift; the check works again.
+	w.runner.set(func(r *fakeRunner) { r.refuse = true })
+	w.poll()
+	if !w.metric(`taloscluster_cluster_drift_check_success{cluster="clusters/a"} 1`) || !w.metric(`taloscluster_cluster_drift{cluster="clusters/a"} 1`) {
+		t.Errorf("metrics after a refusing plan:\n%s", w.get("/metrics"))
+	}
+	if st := w.agent.Status(); st.Clusters[0].DriftError != "" || !st.Clusters[0].Drift {
+		t.Fatalf("status %+v; want drift and no error", st.Clusters)
+	}
+
+	// A failed check does not clear the drift found before.
+	w.runner.set(func(r *fakeRunner) { r.planErrs = []error{errors.New("proxmox: 503")} })
+	w.poll()
+	if !w.metric(`taloscluster_cluster_drift_check_success{cluster="clusters/a"} 0`) || !w.metric(`taloscluster_cluster_drift{cluster="clusters/a"} 1`) {
+		t.Errorf("metrics after a failed check of a drifted cluster:\n%s", w.get("/metrics"))
+	}
+	if page := w.get("/"); !strings.Contains(page, "drift check failed: proxmox: 503") || !strings.Contains(page, "the last check that worked found drift") {
+		t.Errorf("status page:\n%s", page)
+	}
+
+	// In sync.
+	w.runner.set(func(r *fakeRunner) { r.refuse = false })
+	w.poll()
+	if !w.metric(`taloscluster_cluster_drift{cluster="clusters/a"} 0`) || !strings.Contains(w.get("/"), "in sync") {
+		t.Error("an empty plan is not reported in sync")
+	}
+}
+
+func TestHumanDuration(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{1200 * time.Microsecond, "1ms"},
+		{29500 * time.Millisecond, "30s"},
+		{time.Minute, "1m"},
+		{67 * time.Second, "1m7s"},
+		{10 * time.Minute, "10m"},
+		{69*time.Minute + 20*time.Second, "1h9m"},
+	} {
+		if got := agent.HumanDuration(tc.d); got != tc.want {
+			t.Errorf("HumanDuration(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
