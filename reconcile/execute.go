@@ -167,6 +167,8 @@ func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
 					missing = append(missing, m.Hostname+" (no such VM)")
 				case !have.Running:
 					missing = append(missing, m.Hostname+" (stopped)")
+				case len(have.Addresses) == 0 && have.NoAddress != "":
+					missing = append(missing, m.Hostname+" (running, no address: "+have.NoAddress+")")
 				case len(have.Addresses) == 0:
 					missing = append(missing, m.Hostname+" (running, no address reported yet)")
 				case slices.Contains(cps, m.Hostname):

@@ -50,6 +50,9 @@ type Machine struct {
 	// Addresses are the machine's addresses as the provider reports them
 	// (the guest agent on Proxmox), empty while unknown.
 	Addresses []netip.Addr
+	// NoAddress says why a running machine reports no address, such as
+	// the guest agent's answer; empty otherwise.
+	NoAddress string
 }
 
 // Desired is what the cluster should be, as the provider needs it.

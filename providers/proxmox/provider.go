@@ -143,6 +143,7 @@ type vm struct {
 	extBridge string // the external NIC's bridge, "" without one
 	config    map[string]string
 	addresses []netip.Addr
+	noAddress string // why a running VM reports no address
 	fwOptions map[string]string
 	fwRules   []fwRule
 }
@@ -180,7 +181,7 @@ func (inv *inventory) Machines() []reconcile.Machine {
 		if slices.Contains(v.tags, "role_controlplane") {
 			role = spec.RoleControlPlane
 		}
-		out = append(out, reconcile.Machine{Hostname: n, Role: role, Running: v.running, Addresses: v.addresses})
+		out = append(out, reconcile.Machine{Hostname: n, Role: role, Running: v.running, Addresses: v.addresses, NoAddress: v.noAddress})
 	}
 	return out
 }
@@ -297,26 +298,45 @@ func (p *Provider) observeVM(ctx context.Context, v *vm) error {
 	if v.running {
 		ifaces, err := p.api.GetVmAgentNetworkInterfaces(ctx, ref)
 		if err == nil {
-			for _, in := range ifaces {
-				for _, ip := range in.IpAddresses {
-					if a, ok := netip.AddrFromSlice(ip); ok {
-						a = a.Unmap()
-						switch {
-						case !a.Is4():
-						case p.c.Network.Cluster.CIDR.Contains(a):
-							// The cluster address first: it is the node's address.
-							v.addresses = append([]netip.Addr{a}, v.addresses...)
-						case !a.IsLoopback():
-							v.addresses = append(v.addresses, a)
-						}
-					}
-				}
-			}
+			v.addresses = nodeAddresses(ifaces, p.c.Network.Cluster.CIDR, vipOf(p.c))
 		} else {
+			v.noAddress = "guest agent: " + err.Error()
 			p.log.Debug("guest agent not answering yet", "vm", v.name, "error", err)
 		}
 	}
 	return nil
+}
+
+// vipOf returns the cluster's configured Kubernetes API VIP, if any.
+func vipOf(c *spec.Cluster) netip.Addr {
+	vip, _ := c.Network.KubeAPIVIP()
+	return vip
+}
+
+// nodeAddresses picks a VM's own IPv4 addresses from what its guest agent
+// reports, the first one on the cluster network first. The API VIP is left
+// out: the node that holds it reports it too (Talos adds it to the link),
+// but it is the cluster's address, not the node's.
+func nodeAddresses(ifaces []proxmox.AgentNetworkInterface, cluster netip.Prefix, vip netip.Addr) []netip.Addr {
+	var inCluster, other []netip.Addr
+	for _, in := range ifaces {
+		for _, ip := range in.IpAddresses {
+			a, ok := netip.AddrFromSlice(ip)
+			if !ok {
+				continue
+			}
+			a = a.Unmap()
+			switch {
+			case a == vip:
+			case cluster.Contains(a):
+				inCluster = append(inCluster, a)
+			case !a.Is4(), a.IsLoopback(), a.IsLinkLocalUnicast():
+			default:
+				other = append(other, a)
+			}
+		}
+	}
+	return append(inCluster, other...)
 }
 
 func (p *Provider) observeISOs(ctx context.Context, inv *inventory) error {
