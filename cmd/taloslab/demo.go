@@ -74,15 +74,10 @@ func demoGitOps(args []string, stdout, stderr io.Writer) error {
 		return nil, fmt.Errorf("timed out waiting for status %q on %s", context, sha[:10])
 	}
 
-	mainRef, _, err := gh.Repositories.GetBranch(ctx, owner, repo, "main", 0)
-	var head string
-	if err == nil {
-		head = mainRef.GetCommit().GetSHA()
-	} else {
-		head, err = gitHead(*dir, env)
-		if err != nil {
-			return err
-		}
+	// The forge does not emulate the branches API; git tells the head.
+	head, err := gitHead(*dir, env)
+	if err != nil {
+		return err
 	}
 	say("waiting for the agent to converge %s at %s (it was never converged)", cluster, head[:10])
 	st, err := waitStatus(head, "taloscluster/converge: "+cluster)

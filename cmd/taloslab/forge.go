@@ -20,6 +20,7 @@ import (
 // gitopsLab is the lab forge with a cluster repository and an agent
 // configuration that runs against it.
 type gitopsLab struct {
+	forge       *forge.Forge
 	srv         *http.Server
 	apiURL      string
 	gitURL      string
@@ -90,7 +91,7 @@ func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &gitopsLab{srv: srv, apiURL: base + "/", gitURL: base + "/org/clusters.git", repo: "org/clusters",
+	g := &gitopsLab{forge: f, srv: srv, apiURL: base + "/", gitURL: base + "/org/clusters.git", repo: "org/clusters",
 		userToken: userToken, agentURL: fmt.Sprintf("http://127.0.0.1:%d", agentPort)}
 	adir := filepath.Join(dir, "agent")
 	files := map[string]string{

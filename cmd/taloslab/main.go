@@ -1,13 +1,53 @@
 // Command taloslab runs the simulated datacenter the demo and the
 // end-to-end tests use: a Proxmox VE API whose VMs boot into simulated
-// Talos nodes, an Image Factory, and a Kubernetes API per cluster, all on
-// loopback addresses.
+// Talos nodes, an Image Factory, a Kubernetes API per cluster and a GitHub
+// emulator (the forge), all on loopback addresses.
 //
-//	taloslab up --dir DIR
+//	taloslab up --dir DIR [--subnet 127.N.0.0/24[,127.M.0.0/24]] [flags]
 //
 // writes DIR/ca.pem, DIR/lab.env (shell exports of every endpoint and
-// credential) and DIR/examples/<name>/ cluster directories that point at
-// the lab, then serves until interrupted.
+// credential), DIR/agent.yaml and DIR/examples/<name>/ cluster directories
+// that point at the lab, then serves until interrupted.
+//
+// The lab's two Proxmox bridges, vmbr0 (examples/proxmox) and vmbr1 (the
+// GitOps cluster in the forge), each get a /24 network inside 127.0.0.0/8:
+// nodes lease hosts .100 and up (Talos API on port 50000), a cluster's API
+// VIP is host .5 (Kubernetes API on 6443). Without --subnet, taloslab up
+// takes the first free blocks among 127.42.0.0/24, 127.43.0.0/24, then
+// 127.100.0.0/24 and up: a block is free when no other taloslab holds its
+// lock (an flock on $TMPDIR/taloslab-127.N.0.0-24.lock, held while the lab
+// runs) and every one of those addresses can be listened on. Several labs
+// can so run on one machine. --subnet names the networks instead (one or
+// two, for vmbr0 then vmbr1); a named network that is not free is an
+// error. lab.env exports the networks as TALOSLAB_SUBNETS (comma-separated,
+// in bridge order, as --subnet takes them), TALOSLAB_VMBR0_NET and
+// TALOSLAB_VMBR1_NET.
+//
+// taloslab up exits 1 with a message naming the address when an address
+// the lab needs cannot be listened on: before it starts, or later when a
+// node's Talos API or a cluster's Kubernetes API cannot bind.
+//
+// The control API (TALOSLAB_CONTROL_URL/lab/v1/) injects faults with POST
+// /lab/v1/faults and a JSON {kind, op, n, status, warnings, millis, addr,
+// cluster}. Beside the lab's kinds (proxmox-fail, proxmox-task-warnings,
+// proxmox-latency, proxmox-hang, talos-never-boot, talos-reset-fails,
+// talos-fail, kube-fail, kube-hang; see lab.Fault) it takes the forge's:
+//
+//	{"kind":"github-fail","op":"comments.create","n":2,"status":502}
+//	{"kind":"github-secondary-limit","op":"statuses.create","n":1,"millis":3000}
+//	{"kind":"github-rate-limit","millis":60000}
+//	{"kind":"github-latency","op":"pulls.*","millis":2000}
+//
+// github-fail: the next n requests whose operation matches op answer
+// status (default 500) without effect; github-secondary-limit: the next n
+// API requests matching op (default "*") answer 403 with Retry-After of
+// millis (default 1000) rounded up to seconds, as GitHub's secondary rate
+// limit does; github-rate-limit: every user's primary rate limit is used
+// up for millis (default 60000); github-latency: requests matching op take
+// millis longer (0 removes it). op is a forge operation (pulls.get,
+// comments.create, statuses.create, git.upload-pack, ...; GET /lab/v1/
+// lists them as github_operations) or a path.Match pattern of them.
+// GET /lab/v1/log includes the forge's requests (source "github").
 package main
 
 import (
@@ -19,9 +59,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,19 +83,32 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return demoGitOps(args[1:], stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "up" {
-		fmt.Fprintln(stderr, "usage: taloslab up --dir DIR [flags]\n       taloslab demo-gitops --dir DIR")
+		fmt.Fprintln(stderr, "usage: taloslab up --dir DIR [--subnet 127.N.0.0/24[,127.M.0.0/24]] [flags]\n       taloslab demo-gitops --dir DIR")
 		return errors.New("unknown command; commands: up, demo-gitops")
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return up(ctx, args[1:], stdout, stderr)
+}
+
+// up runs the lab until ctx ends, or until an address the lab needs cannot
+// be listened on, which is an error.
+func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("taloslab up", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("dir", "", "directory for ca.pem, lab.env and examples/ (required)")
+	dir := fs.String("dir", "", "directory for ca.pem, lab.env, agent.yaml and examples/ (required)")
+	var subnets subnetList
+	fs.Var(&subnets, "subnet", "the /24 network of vmbr0, then of vmbr1 (repeat the flag or separate with commas); default: the first free 127.N.0.0/24 blocks")
 	boot := fs.Duration("boot-delay", 300*time.Millisecond, "time from VM start until the node's Talos API answers")
 	install := fs.Duration("install-delay", 700*time.Millisecond, "extra time of a first boot that installs Talos")
 	reboot := fs.Duration("reboot-delay", 500*time.Millisecond, "time a rebooting node is down")
 	ready := fs.Duration("ready-delay", 500*time.Millisecond, "time a registered Kubernetes node stays NotReady")
 	verbose := fs.Bool("v", false, "log every lab event to stderr")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *dir == "" {
 		return errors.New("--dir is required")
@@ -62,43 +117,56 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *verbose {
 		level = slog.LevelInfo
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	log := slog.New(newListenWatch(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}),
+		func(e *listenError) { cancel(e) }))
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	l, err := lab.Start(ctx, lab.Options{TaskDuration: -1, BootDelay: *boot, InstallDelay: *install, RebootDelay: *reboot, ReadyDelay: *ready, Logger: log})
+	nets, err := reserve(subnets, candidateBlocks(), log)
+	if err != nil {
+		return err
+	}
+	defer nets.release()
+	l, err := lab.Start(ctx, lab.Options{Bridges: nets.nets, TaskDuration: -1, BootDelay: *boot, InstallDelay: *install,
+		RebootDelay: *reboot, ReadyDelay: *ready, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("listening for the control API: %w", err)
-	}
-	control := &http.Server{Handler: l.ControlHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = control.Serve(ln) }()
-	defer control.Close()
-	controlURL := "http://" + ln.Addr().String()
 
 	gitops, err := startForge(*dir, l, log)
 	if err != nil {
 		return err
 	}
 	defer gitops.close()
-	if err := writeLabFiles(*dir, l, controlURL, gitops); err != nil {
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("listening for the control API: %w", err)
+	}
+	control := &http.Server{Handler: newControlAPI(l, gitops.forge), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = control.Serve(ln) }()
+	defer control.Close()
+	controlURL := "http://" + ln.Addr().String()
+
+	if err := writeLabFiles(*dir, l, controlURL, gitops, nets); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.FactoryURL, controlURL)
+	fmt.Fprintf(stdout, "networks: %s\n", describeNets(nets))
 	fmt.Fprintf(stdout, "source %s for the endpoints; cluster directories are in %s\n", filepath.Join(*dir, "lab.env"), filepath.Join(*dir, "examples"))
 	<-ctx.Done()
+	var lerr *listenError
+	if errors.As(context.Cause(ctx), &lerr) {
+		return lerr
+	}
 	fmt.Fprintln(stdout, "taloslab is shutting down")
 	return nil
 }
 
 // writeLabFiles writes the CA, the example clusters and, last, lab.env, so
 // a script can wait for lab.env to know the lab is ready.
-func writeLabFiles(dir string, l *lab.Lab, controlURL string, g *gitopsLab) error {
+func writeLabFiles(dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation) error {
 	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -123,7 +191,19 @@ export TALOSLAB_REPO=%q
 export TALOSLAB_GIT_URL=%q
 export TALOSLAB_AGENT_CONFIG=%q
 export TALOSLAB_AGENT_URL=%q
+export TALOSLAB_SUBNETS=%q
+export TALOSLAB_VMBR0_NET=%q
+export TALOSLAB_VMBR1_NET=%q
 `, l.PVEURL, l.TokenID, l.TokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
-		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL)
+		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
+		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String())
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
+}
+
+func joinNets(ps []netip.Prefix) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ",")
 }

@@ -139,7 +139,6 @@ type call struct {
 	// api and web are the origins of the API (with any /api/v3 prefix) and
 	// of the web and git URLs, as the client reached the forge.
 	api, web string
-	note     string
 }
 
 func (c *call) param(name string) string { return c.params[name] }
@@ -273,7 +272,6 @@ func (f *Forge) serveAPI(w http.ResponseWriter, r *http.Request, rt *route, para
 		if resp == nil {
 			resp = rt.handle(c)
 		}
-		rec.Note = c.note
 	}
 
 	var body []byte

@@ -3,6 +3,7 @@ package forge
 import (
 	"net/http"
 	"path"
+	"slices"
 	"time"
 )
 
@@ -37,6 +38,35 @@ type faultTable struct {
 func matchOp(pattern, op string) bool {
 	ok, err := path.Match(pattern, op)
 	return err == nil && ok
+}
+
+// gitOps are the operation names of git smart HTTP (see Handler).
+var gitOps = []string{"git.upload-pack.refs", "git.upload-pack", "git.receive-pack.refs", "git.receive-pack"}
+
+// Operations returns the names of every operation the forge serves (see
+// Handler), sorted: the names fault patterns match against.
+func (f *Forge) Operations() []string {
+	var out []string
+	for _, rt := range f.routes {
+		if !slices.Contains(out, rt.op) {
+			out = append(out, rt.op)
+		}
+	}
+	out = append(out, gitOps...)
+	slices.Sort(out)
+	return out
+}
+
+// MatchesOperation reports whether an operation pattern, as Fail,
+// SecondaryRateLimit and Latency take it, is well formed and matches at
+// least one operation of the forge.
+func (f *Forge) MatchesOperation(pattern string) bool {
+	for _, op := range f.Operations() {
+		if matchOp(pattern, op) {
+			return true
+		}
+	}
+	return false
 }
 
 // Fail makes the next n requests whose operation matches opPattern (a

@@ -35,10 +35,9 @@ type Options struct {
 	// Git is the git executable whose http-backend serves smart HTTP; empty
 	// means "git" found on PATH.
 	Git string
-	// Logger receives one debug record per request, warnings about
-	// requests GitHub would accept but consumers may mangle (status
-	// descriptions over 140 characters), and git http-backend's error
-	// output; nil discards them. Tokens are never logged.
+	// Logger receives one debug record per request and git
+	// http-backend's error output; nil discards them. Tokens are never
+	// logged.
 	Logger *slog.Logger
 }
 
@@ -93,9 +92,6 @@ type Request struct {
 	// User is the authenticated login, empty when the request carried no
 	// valid credentials.
 	User string
-	// Note is what the forge noticed about an accepted request, such as a
-	// status description longer than 140 characters; usually empty.
-	Note string
 }
 
 // Forge is the emulated GitHub. It is safe for concurrent use.

@@ -17,9 +17,9 @@ import (
 const (
 	// MaxStatusContext is the longest context accepted, in characters.
 	MaxStatusContext = 255
-	// MaxStatusDescription is the longest description consumers show
-	// unabridged; longer ones are accepted, kept, and noted in the request
-	// log and the logger.
+	// MaxStatusDescription is the longest description accepted, in
+	// characters; GitHub answers a longer one 422 Validation Failed
+	// ("description is too long (maximum is 140 characters)").
 	MaxStatusDescription = 140
 	// MaxStatusesPerContext is how many statuses one commit can have per
 	// context.
@@ -125,6 +125,42 @@ func noCommit(ref string) *response {
 	return fail(http.StatusUnprocessableEntity, "No commit found for SHA: "+ref)
 }
 
+// createStatusDocsURL is the documentation_url GitHub sends with the
+// errors of "Create a commit status".
+const createStatusDocsURL = "https://docs.github.com/rest/commits/statuses#create-a-commit-status"
+
+// statusInvalid is GitHub's 422 Validation Failed for a commit status,
+// one entry per field that failed, as GitHub reports every failed
+// validation of the request at once.
+func statusInvalid(errs ...fieldError) *response {
+	resp := invalid(errs...)
+	doc := resp.body.(apiError)
+	doc.DocumentationURL = createStatusDocsURL
+	resp.body = doc
+	return resp
+}
+
+// validateStatus checks a new status's fields the way GitHub does and
+// returns the failures, in field order.
+func validateStatus(state, context, description string) []fieldError {
+	var errs []fieldError
+	switch state {
+	case "pending", "success", "failure", "error":
+	default:
+		errs = append(errs, fieldError{Resource: "Status", Field: "state", Code: "custom",
+			Message: "state is not included in the list"})
+	}
+	if utf8.RuneCountInString(context) > MaxStatusContext {
+		errs = append(errs, fieldError{Resource: "Status", Field: "context", Code: "custom",
+			Message: fmt.Sprintf("context is too long (maximum is %d characters)", MaxStatusContext)})
+	}
+	if utf8.RuneCountInString(description) > MaxStatusDescription {
+		errs = append(errs, fieldError{Resource: "Status", Field: "description", Code: "custom",
+			Message: fmt.Sprintf("description is too long (maximum is %d characters)", MaxStatusDescription)})
+	}
+	return errs
+}
+
 // statusDoc renders a status. The caller holds f.mu.
 func (c *call) statusDoc(s *status) statusJSON {
 	creator := c.userDoc(s.creator)
@@ -160,33 +196,25 @@ func (f *Forge) createStatus(c *call) *response {
 		return forbidden()
 	}
 	sha := c.param("sha")
+	if !plumbing.IsHash(sha) {
+		// GitHub takes only a full commit SHA here, never a ref.
+		return statusInvalid(fieldError{Resource: "Status", Field: "sha", Code: "custom",
+			Message: "sha must be a 40 character SHA1"})
+	}
 	h, ok, err := f.resolveCommit(c.repo, sha)
 	if err != nil {
 		f.logger.Error("forge could not resolve a commit", "repo", c.repo.FullName(), "sha", sha, "err", err)
 		return fail(http.StatusInternalServerError, "Server Error")
 	}
-	if !ok || !plumbing.IsHash(sha) {
+	if !ok {
 		return noCommit(sha)
-	}
-	switch in.State {
-	case "pending", "success", "failure", "error":
-	default:
-		return invalid(fieldError{Resource: "Status", Field: "state", Code: "custom",
-			Message: "state is not included in the list"})
 	}
 	if in.Context == "" {
 		in.Context = "default"
 	}
-	if utf8.RuneCountInString(in.Context) > MaxStatusContext {
-		return invalid(fieldError{Resource: "Status", Field: "context", Code: "custom",
-			Message: fmt.Sprintf("context is too long (maximum is %d characters)", MaxStatusContext)})
+	if errs := validateStatus(in.State, in.Context, in.Description); len(errs) > 0 {
+		return statusInvalid(errs...)
 	}
-	if n := utf8.RuneCountInString(in.Description); n > MaxStatusDescription {
-		c.note = fmt.Sprintf("status description is %d characters, longer than %d", n, MaxStatusDescription)
-		f.logger.Warn("forge status description longer than 140 characters", "repo", c.repo.FullName(),
-			"sha", h.String(), "context", in.Context, "length", n)
-	}
-
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	count := 0
@@ -196,7 +224,7 @@ func (f *Forge) createStatus(c *call) *response {
 		}
 	}
 	if count >= MaxStatusesPerContext {
-		return invalid(fieldError{Resource: "Status", Code: "custom",
+		return statusInvalid(fieldError{Resource: "Status", Code: "custom",
 			Message: "This SHA and context has reached the maximum number of statuses."})
 	}
 	f.nextID++

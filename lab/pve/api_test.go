@@ -334,8 +334,19 @@ func TestStorage(t *testing.T) {
 	if proxmox.CheckFileExistence("talos.iso", list) {
 		t.Error("a node-local file shows on another node")
 	}
-	if err := proxmox.DownloadIsoFromUrl(ctx, c, iso); err == nil || !strings.Contains(err.Error(), "refusing to override") {
-		t.Errorf("second download = %v", err)
+	// download_file_from_url keeps an existing file whose checksum
+	// matches, and refuses to override one otherwise.
+	if err := proxmox.DownloadIsoFromUrl(ctx, c, iso); err != nil {
+		t.Errorf("second download with the file's checksum = %v, want no error", err)
+	}
+	again := iso
+	again.Checksum, again.ChecksumAlgorithm = "", ""
+	if err := proxmox.DownloadIsoFromUrl(ctx, c, again); err == nil || !strings.Contains(err.Error(), "refusing to override existing file '/var/lib/vz/template/iso/talos.iso'") {
+		t.Errorf("second download without a checksum = %v", err)
+	}
+	again.Checksum, again.ChecksumAlgorithm = strings.Repeat("0", 64), "sha256"
+	if err := proxmox.DownloadIsoFromUrl(ctx, c, again); err == nil || !strings.Contains(err.Error(), "checksum mismatch: got '"+hex.EncodeToString(sum[:])+"' != expect '"+strings.Repeat("0", 64)+"', aborting") {
+		t.Errorf("second download with another checksum = %v", err)
 	}
 	bad := iso
 	bad.Filename, bad.Checksum = "bad.iso", strings.Repeat("0", 64)
@@ -343,9 +354,13 @@ func TestStorage(t *testing.T) {
 		t.Errorf("download with a wrong checksum = %v", err)
 	}
 	missing := iso
-	missing.Filename, missing.DownloadUrl, missing.Checksum = "missing.iso", files.URL+"/missing.iso", ""
-	if err := proxmox.DownloadIsoFromUrl(ctx, c, missing); err == nil || !strings.Contains(err.Error(), "404") {
+	missing.Filename, missing.DownloadUrl, missing.Checksum, missing.ChecksumAlgorithm = "missing.iso", files.URL+"/missing.iso", "", ""
+	if err := proxmox.DownloadIsoFromUrl(ctx, c, missing); err == nil || !strings.Contains(err.Error(), "download failed: command 'wget") || !strings.Contains(err.Error(), "failed: exit code 8") {
 		t.Errorf("download of a missing file = %v", err)
+	}
+	list, _ = proxmox.ListFiles(ctx, c, "pve2", "local", proxmox.ContentType_Iso)
+	if proxmox.CheckFileExistence("bad.iso", list) || proxmox.CheckFileExistence("missing.iso", list) {
+		t.Errorf("failed downloads left files: %+v", list)
 	}
 
 	if err := proxmox.DeleteFile(ctx, c, "pve2", proxmox.Content_File{Storage: "local", ContentType: proxmox.ContentType_Iso, FilePath: "talos.iso"}); err != nil {
@@ -360,7 +375,8 @@ func TestStorage(t *testing.T) {
 	for _, tc := range []struct{ name, storage, content, file, want string }{
 		{"snippets", "local", "snippets", "user-data.yaml", "not allowed"},
 		{"wrong extension", "local", "iso", "talos.raw", "wrong file extension"},
-		{"no iso content", "local-lvm", "iso", "talos.iso", "does not support"},
+		{"not file based", "local-lvm", "iso", "talos.iso", "can't upload to storage type 'lvmthin'"},
+		{"no vztmpl content", "shared", "vztmpl", "t.tar.gz", "storage 'shared' does not support 'vztmpl' content"},
 		{"missing storage", "nope", "iso", "talos.iso", "does not exist"},
 	} {
 		err := c.Upload(ctx, "pve1", tc.storage, tc.content, tc.file, bytes.NewReader([]byte("x")))

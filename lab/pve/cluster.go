@@ -100,7 +100,7 @@ func (s *Server) nodeEntry(n *node) map[string]any {
 }
 
 func (s *Server) listNodes(*http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	out := []map[string]any{}
 	for _, n := range s.nodes {
@@ -110,7 +110,7 @@ func (s *Server) listNodes(*http.Request) (any, error) {
 }
 
 func (s *Server) getNodeStatus(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	n, err := s.lookupNode(r.PathValue("node"))
 	if err != nil {
@@ -145,7 +145,7 @@ func (s *Server) listNetwork(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if _, err := s.lookupNode(r.PathValue("node")); err != nil {
 		return nil, err
@@ -174,7 +174,7 @@ func (s *Server) listNetwork(r *http.Request) (any, error) {
 }
 
 func (s *Server) getClusterStatus(*http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	online := 0
 	for _, n := range s.nodes {
@@ -239,12 +239,13 @@ func (s *Server) listResources(r *http.Request) (any, error) {
 	default:
 		return nil, paramErr("type", fmt.Sprintf("value '%s' does not have a value in the enumeration 'vm, storage, node, sdn'", typ))
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	out := []map[string]any{}
 	if typ == "" || typ == "vm" {
+		s.broadcastStats()
 		for _, id := range s.sortedVMIDs() {
-			out = append(out, s.vms[id].resource())
+			out = append(out, s.vmResource(s.vms[id]))
 		}
 	}
 	if typ == "" || typ == "node" {
@@ -275,7 +276,7 @@ func (s *Server) nextID(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if v := q.Get("vmid"); v != "" {
 		id, err := strconv.Atoi(v)
@@ -299,7 +300,7 @@ func (s *Server) permissions(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	all := map[string]any{}
 	for _, p := range privileges {

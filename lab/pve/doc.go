@@ -7,6 +7,13 @@
 // pending configuration, the guest agent, and the per-VM and datacenter
 // firewall.
 //
+// A call that Proxmox VE answers with a UPID makes only the checks Proxmox VE
+// makes before forking its worker; the worker's checks and the call's effect
+// run when the task ends, so reads show the old state while the task runs.
+// A VM being created is listed at once with "lock: create", as qemu-server
+// writes a locked placeholder configuration before forking, and refuses
+// configuration changes with "VM is locked (create)" until its task ends.
+//
 // The emulator keeps its state in memory behind one mutex. Every request is
 // recorded in an operation log, and every operation can be made to fail,
 // hang, slow down, or end its task with warnings, so tests can assert how a

@@ -57,7 +57,8 @@ func (s *Server) Fail(op string, n int, status int, msg string) {
 
 // TaskWarnings makes the next n tasks started by operation op end with exit
 // status "WARNINGS: <warnings>" (with as many WARN lines in the task log).
-// The operation still takes effect.
+// The operation still takes effect when the task ends (unless its worker
+// fails for a real reason, which then decides the exit status).
 func (s *Server) TaskWarnings(op string, n int, warnings int) {
 	if n <= 0 {
 		return
@@ -68,8 +69,11 @@ func (s *Server) TaskWarnings(op string, n int, warnings int) {
 }
 
 // TaskFail makes the next n tasks started by operation op end with the given
-// exit status (an error text) without taking effect, like a worker that dies.
-// The HTTP request itself succeeds and returns the task's UPID.
+// exit status (an error text) without taking effect, like a worker that dies
+// at its start. The HTTP request itself succeeds and returns the task's
+// UPID; what the call did before forking is undone when the task ends (a
+// create's locked placeholder configuration is removed, as qemu-server's
+// create worker removes the config file on error).
 func (s *Server) TaskFail(op string, n int, exitStatus string) {
 	if n <= 0 {
 		return

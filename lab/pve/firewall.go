@@ -153,7 +153,7 @@ func applyOptions(opts map[string]string, schema map[string]string, q url.Values
 }
 
 func (s *Server) getFirewallOptions(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -167,7 +167,7 @@ func (s *Server) setFirewallOptions(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -188,7 +188,7 @@ func (s *Server) clusterFirewallDigest() string {
 }
 
 func (s *Server) getClusterFirewallOptions(*http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	return optionsJSON(s.clusterFW, clusterFirewallOptions, s.clusterFirewallDigest()), nil
 }
@@ -198,7 +198,7 @@ func (s *Server) setClusterFirewallOptions(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if d := q.Get("digest"); d != "" && d != s.clusterFirewallDigest() {
 		return nil, errorf("detected modified configuration - file changed by other user? Try again.")
@@ -383,7 +383,7 @@ func rulePos(r *http.Request, n int) (int, error) {
 }
 
 func (s *Server) listRules(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -398,7 +398,7 @@ func (s *Server) listRules(r *http.Request) (any, error) {
 }
 
 func (s *Server) getRule(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -429,7 +429,7 @@ func (s *Server) createRule(r *http.Request) (any, error) {
 	if errs := verifyRule(fields); len(errs) > 0 {
 		return nil, paramError(errs)
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -468,7 +468,7 @@ func (s *Server) updateRule(r *http.Request) (any, error) {
 	if len(errs) > 0 {
 		return nil, paramError(errs)
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -526,7 +526,7 @@ func (s *Server) deleteRule(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {

@@ -17,15 +17,28 @@ type MachineHooks interface {
 	PowerOn(vm VM)
 	// PowerOff is called when a VM stops or is deleted.
 	PowerOff(vmid int)
-	// Addresses is what the guest agent reports for the VM; empty means
-	// the agent is not running yet. Without InterfaceAddresses, every
-	// address is reported on the first NIC.
+	// Addresses returns every address the VM's guest holds at the moment
+	// of the call, for the guest agent's network-get-interfaces (it is
+	// called on every agent request, so an address that moves, such as a
+	// Layer-2 VIP, shows on its current holder only). Each address carries
+	// the prefix length it is assigned with: the primary address with its
+	// network's (e.g. 10.0.0.11/24), a Talos Layer-2 VIP held by this node
+	// with the full length (10.0.0.10/32 or fd00::10/128, as Talos's VIP
+	// operator assigns it). List the primary address first and secondary
+	// ones after it, in the order the guest added them. Leave out loopback
+	// and the IPv6 link-local address: the emulator reports lo and derives
+	// fe80::/64 from the MAC itself. Empty means the agent does not answer
+	// yet ("QEMU guest agent is not running"). Without InterfaceAddresses,
+	// every address is reported on the first NIC.
 	Addresses(vmid int) []netip.Prefix
 }
 
 // InterfaceAddresses is an optional extension of MachineHooks: when the
 // hooks implement it, the guest agent reports the addresses per NIC, keyed by
-// the NIC's MAC address (any case), instead of all on the first NIC.
+// the NIC's MAC address (any case), instead of all on the first NIC. The
+// addresses of each NIC follow the rules of MachineHooks.Addresses (a VIP
+// goes on the NIC its Layer2VIPConfig link names); Addresses must still be
+// non-empty for the agent to answer.
 type InterfaceAddresses interface {
 	InterfaceAddresses(vmid int) map[string][]netip.Prefix
 }

@@ -149,12 +149,44 @@ func TestConfigValidation(t *testing.T) {
 		t.Errorf("config on the wrong node = %d %v", code, body)
 	}
 	code, body = l.call(t, http.MethodPut, "/nodes/pve1/qemu/100/config", url.Values{"name": {"b"}, "digest": {"0000"}})
-	if code != http.StatusInternalServerError {
+	if code != http.StatusInternalServerError || body["message"] != "checksum mismatch (file change by other user?)\n" {
 		t.Errorf("update with a stale digest = %d %v", code, body)
 	}
+	// qemu-server's resize makes every check in its worker: the call
+	// answers a UPID and the task fails.
 	code, body = l.call(t, http.MethodPut, "/nodes/pve1/qemu/100/resize", url.Values{"disk": {"scsi0"}, "size": {"+1G"}})
-	if code != http.StatusInternalServerError || body["message"] != "disk 'scsi0' does not exist\n" {
-		t.Errorf("resizing a missing disk = %d %v", code, body)
+	if code != http.StatusOK {
+		t.Fatalf("resizing a missing disk = %d %v, want a task", code, body)
+	}
+	if st := l.waitTask(t, "pve1", body["data"].(string)); st != "disk 'scsi0' does not exist" {
+		t.Errorf("resize task of a missing disk = %q", st)
+	}
+	code, body = l.call(t, http.MethodPut, "/nodes/pve1/qemu/999/resize", url.Values{"disk": {"scsi0"}, "size": {"+1G"}})
+	if code != http.StatusOK {
+		t.Fatalf("resizing a missing VM = %d %v, want a task", code, body)
+	}
+	if st := l.waitTask(t, "pve1", body["data"].(string)); st != "Configuration file 'nodes/pve1/qemu-server/999.conf' does not exist" {
+		t.Errorf("resize task of a missing VM = %q", st)
+	}
+	// Reboot and reset refuse a stopped VM before forking.
+	if _, body := l.call(t, http.MethodPost, "/nodes/pve1/qemu/100/status/stop", nil); l.waitTask(t, "pve1", body["data"].(string)) != "OK" {
+		t.Fatal("stopping failed")
+	}
+	m.wantOff(t)
+	for _, action := range []string{"reboot", "reset"} {
+		code, body := l.call(t, http.MethodPost, "/nodes/pve1/qemu/100/status/"+action, nil)
+		if code != http.StatusInternalServerError || body["message"] != "VM 100 not running\n" {
+			t.Errorf("%s of a stopped VM = %d %v", action, code, body)
+		}
+	}
+	// Stopping a stopped VM is not an error (_do_vm_stop returns early).
+	if _, body := l.call(t, http.MethodPost, "/nodes/pve1/qemu/100/status/stop", nil); l.waitTask(t, "pve1", body["data"].(string)) != "OK" {
+		t.Error("stopping a stopped VM failed")
+	}
+	// skiplock is for root@pam only, which an API token never is.
+	code, body = l.call(t, http.MethodPut, "/nodes/pve1/qemu/100/config", url.Values{"name": {"b"}, "skiplock": {"1"}})
+	if errs, _ := body["errors"].(map[string]any); code != http.StatusBadRequest || errs["skiplock"] != "Only root may use this option.\n" {
+		t.Errorf("skiplock = %d %v", code, body)
 	}
 }
 
@@ -188,10 +220,10 @@ func TestAgentPerNIC(t *testing.T) {
 	if len(ifaces) != 3 || ifaces[0].Name != "lo" {
 		t.Fatalf("interfaces = %+v", ifaces)
 	}
-	if ips := ifaces[1].IpAddresses; len(ips) != 2 || ips[1].String() != "10.0.0.2" {
+	if ips := ifaces[1].IpAddresses; len(ips) != 3 || ips[1].String() != "10.0.0.2" || ips[2].String() != "fe80::ff:fe00:1" {
 		t.Errorf("eth0 = %v", ips)
 	}
-	if ips := ifaces[2].IpAddresses; len(ips) != 1 || ips[0].String() != "192.0.2.5" || ifaces[2].MacAddress.String() != "02:00:00:00:00:02" {
+	if ips := ifaces[2].IpAddresses; len(ips) != 2 || ips[0].String() != "192.0.2.5" || ips[1].String() != "fe80::ff:fe00:2" || ifaces[2].MacAddress.String() != "02:00:00:00:00:02" {
 		t.Errorf("eth1 = %v %v", ips, ifaces[2].MacAddress)
 	}
 }

@@ -33,12 +33,13 @@ func (s *Server) poolRoutes() {
 func (s *Server) poolMembers(p *pool, typ string) []map[string]any {
 	out := []map[string]any{}
 	if typ == "" || typ == "qemu" {
+		s.broadcastStats()
 		for _, id := range s.sortedVMIDs() {
 			g := s.vms[id]
 			if g.pool != p.name {
 				continue
 			}
-			m := g.resource()
+			m := s.vmResource(g)
 			delete(m, "pool")
 			out = append(out, m)
 		}
@@ -65,7 +66,7 @@ func (s *Server) listPools(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	out := []map[string]any{}
 	id := q.Get("poolid")
@@ -103,7 +104,7 @@ func (s *Server) createPool(r *http.Request) (any, error) {
 	if !poolNameRE.MatchString(name) {
 		return nil, paramErr("poolid", "invalid format - invalid pool ID '"+name+"'")
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if _, ok := s.pools[name]; ok {
 		return nil, errorf("create pool failed: pool '%s' already exists", name)
@@ -119,7 +120,7 @@ func (s *Server) getPool(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	name := r.PathValue("pool")
 	p, ok := s.pools[name]
@@ -157,7 +158,7 @@ func splitList(v string) []string {
 }
 
 func (s *Server) applyPoolUpdate(name string, q url.Values) error {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	p, ok := s.pools[name]
 	if !ok {
@@ -239,7 +240,7 @@ func (s *Server) deletePoolByParam(r *http.Request) (any, error) {
 }
 
 func (s *Server) removePool(name string) error {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	p, ok := s.pools[name]
 	if !ok {

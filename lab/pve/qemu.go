@@ -205,7 +205,7 @@ func (g *vm) resource() map[string]any {
 		"id":        "qemu/" + strconv.Itoa(g.id),
 		"type":      "qemu",
 		"vmid":      g.id,
-		"name":      g.conf["name"],
+		"name":      g.displayName(),
 		"node":      g.node,
 		"status":    g.status(),
 		"template":  boolInt(g.conf["template"] == "1"),
@@ -237,6 +237,63 @@ func (g *vm) resource() map[string]any {
 	return m
 }
 
+// rrdKeys are the /cluster/resources fields of a VM that Proxmox VE takes
+// from the RRD data pvestatd broadcasts (PVE::API2Tools::extract_vm_stats).
+var rrdKeys = []string{
+	"uptime", "name", "status", "template", "maxcpu", "cpu", "maxmem", "mem",
+	"maxdisk", "disk", "netin", "netout", "diskread", "diskwrite",
+}
+
+// vmResource is a VM's entry in /cluster/resources: with StatsInterval
+// set, its RRD fields are those of the last broadcast. The caller holds
+// s.mu.
+func (s *Server) vmResource(g *vm) map[string]any {
+	m := g.resource()
+	every := s.opts.StatsInterval
+	if every <= 0 {
+		return m
+	}
+	s.broadcastStats()
+	for _, k := range rrdKeys {
+		delete(m, k)
+	}
+	stats, ok := s.rrd[g.id]
+	if !ok {
+		m["status"] = "unknown"
+		return m
+	}
+	for k, v := range stats {
+		m[k] = v
+	}
+	return m
+}
+
+// broadcastStats takes pvestatd's broadcast when one is due: the first
+// read after each multiple of StatsInterval since the server started takes
+// the VMs' state at that read. The caller holds s.mu.
+func (s *Server) broadcastStats() {
+	every := s.opts.StatsInterval
+	if every <= 0 {
+		return
+	}
+	tick := int64(time.Since(s.started) / every)
+	if tick == s.rrdTick && s.rrd != nil {
+		return
+	}
+	s.rrdTick = tick
+	s.rrd = map[int]map[string]any{}
+	for id, g := range s.vms {
+		live := g.resource()
+		stats := map[string]any{}
+		for _, k := range rrdKeys {
+			if v, ok := live[k]; ok {
+				stats[k] = v
+			}
+		}
+		s.rrd[id] = stats
+	}
+}
+
 func (s *Server) sortedVMIDs() []int {
 	ids := make([]int, 0, len(s.vms))
 	for id := range s.vms {
@@ -265,6 +322,21 @@ func (s *Server) lookupVM(r *http.Request) (*vm, error) {
 	return g, nil
 }
 
+// vmidParam checks the request's node and parses its VM ID without
+// requiring the VM to exist, for calls whose worker loads the
+// configuration. The caller holds s.mu.
+func (s *Server) vmidParam(r *http.Request) (int, error) {
+	if _, err := s.lookupNode(r.PathValue("node")); err != nil {
+		return 0, err
+	}
+	raw := r.PathValue("vmid")
+	id, err := strconv.Atoi(raw)
+	if err != nil {
+		return 0, paramErr("vmid", fmt.Sprintf("type check ('integer') failed - got '%s'", raw))
+	}
+	return id, nil
+}
+
 func (s *Server) qemuRoutes() {
 	s.route("GET", "/nodes/{node}/qemu", "qemu.list", s.listVMs)
 	s.route("POST", "/nodes/{node}/qemu", "qemu.create", s.createVM)
@@ -285,7 +357,7 @@ func (s *Server) qemuRoutes() {
 }
 
 func (s *Server) listVMs(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
@@ -318,7 +390,7 @@ func (s *Server) getVMIndex(r *http.Request) (any, error) {
 // vmIndex answers a directory index under a VM: one entry per name, keyed
 // by key, once the VM is known to exist.
 func (s *Server) vmIndex(r *http.Request, key string, names ...string) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if _, err := s.lookupVM(r); err != nil {
 		return nil, err
@@ -690,6 +762,44 @@ func (s *Server) applyPending(g *vm) {
 	clear(g.pendingDel)
 }
 
+// lockErr is qemu-server's check_lock (PVE::AbstractConfig): a VM whose
+// configuration holds a lock (such as "create" while its create task runs)
+// refuses changes.
+func (g *vm) lockErr() error {
+	if l := g.conf["lock"]; l != "" {
+		return fmt.Errorf("VM is locked (%s)", l)
+	}
+	return nil
+}
+
+// skiplockErr refuses the skiplock parameter the way qemu-server does for
+// any user but root@pam; an API token (user@realm!name) is never root@pam.
+func skiplockErr(q url.Values) error {
+	if b, _ := normalizeBool(q.Get("skiplock")); b == "1" {
+		return paramErr("skiplock", "Only root may use this option.")
+	}
+	return nil
+}
+
+// taskVM finds a VM again when its task's worker runs: the VM may have been
+// destroyed (or destroyed and created anew on another node) since the
+// request. The caller holds s.mu.
+func (s *Server) taskVM(nodeName string, vmid int) (*vm, error) {
+	g, ok := s.vms[vmid]
+	if !ok || g.node != nodeName {
+		return nil, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", nodeName, vmid)
+	}
+	return g, nil
+}
+
+// createVM is qemu-server's create_vm. Before forking it checks the
+// parameters, the pool and the storages and writes a placeholder
+// configuration holding only "lock: create" (create_and_lock_config), so the
+// VM ID is taken and the VM is listed, locked, while the worker runs. The
+// worker allocates the disks, writes the real configuration (which drops the
+// lock), adds the VM to its pool and, with start=1, starts it (a start
+// failure is only a warning). A failed worker frees what it allocated and
+// removes the configuration.
 func (s *Server) createVM(r *http.Request) (any, error) {
 	q, err := form(r)
 	if err != nil {
@@ -706,6 +816,10 @@ func (s *Server) createVM(r *http.Request) (any, error) {
 	case vmid < 100 || vmid > 999999999:
 		errs["vmid"] = "value must have a minimum value of 100 and a maximum value of 999999999"
 	}
+	if _, ok := changes["meta"]; ok {
+		// json_config_properties leaves meta out of the parameter schema.
+		errs["meta"] = "property is not defined in schema and the schema does not allow additional properties"
+	}
 	if len(errs) > 0 {
 		return nil, paramError(errs)
 	}
@@ -713,14 +827,11 @@ func (s *Server) createVM(r *http.Request) (any, error) {
 		return nil, &apiError{status: http.StatusNotImplemented, msg: "restoring a VM is not implemented by the emulator"}
 	}
 
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
 		return nil, err
-	}
-	if _, exists := s.vms[vmid]; exists {
-		return nil, errorf("unable to create VM %d: config file already exists", vmid)
 	}
 	poolName := q.Get("pool")
 	if poolName != "" {
@@ -731,38 +842,66 @@ func (s *Server) createVM(r *http.Request) (any, error) {
 	if err := s.precheck(nodeName, changes); err != nil {
 		return nil, err
 	}
-	t := s.startTask(r, nodeName, "qmcreate", strconv.Itoa(vmid))
-	if t.failed() {
-		return t.upid, nil
+	if old, exists := s.vms[vmid]; exists {
+		return nil, errorf("unable to create VM %d - VM %d already exists on node '%s'", vmid, vmid, old.node)
 	}
 	g := newVM(vmid, nodeName)
-	conf, err := s.resolveChanges(g, changes)
-	if err != nil {
-		t.fail(err.Error())
-		return t.upid, nil
-	}
-	g.conf = conf
-	if _, ok := g.conf["boot"]; !ok {
-		if order := defaultBootOrder(g.conf); order != "" {
-			g.conf["boot"] = "order=" + order
-		}
-	}
-	if _, ok := g.conf["smbios1"]; !ok {
-		g.conf["smbios1"] = "uuid=" + uuidFrom(fmt.Sprintf("smbios/%s/%d", nodeName, vmid))
-	}
-	if _, ok := g.conf["vmgenid"]; !ok {
-		g.conf["vmgenid"] = uuidFrom(fmt.Sprintf("vmgenid/%s/%d", nodeName, vmid))
-	}
-	g.conf["meta"] = fmt.Sprintf("creation-qemu=9.2.0,ctime=%d", time.Now().Unix())
-	g.pool = poolName
+	g.conf["lock"] = "create"
 	s.vms[vmid] = g
-	t.logf("created VM %d", vmid)
-	if b, _ := normalizeBool(q.Get("start")); b == "1" {
-		if err := s.startVM(g); err != nil {
-			t.fail(err.Error())
+	start, _ := normalizeBool(q.Get("start"))
+
+	t := s.newTask(r, nodeName, "qmcreate", strconv.Itoa(vmid))
+	t.abort = func() { s.dropPlaceholder(g) }
+	t.work = func(t *task) error {
+		if s.vms[vmid] != g {
+			return fmt.Errorf("unable to create VM %d - Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", vmid, nodeName, vmid)
+		}
+		conf, err := s.resolveChanges(g, changes)
+		if err != nil {
+			s.dropPlaceholder(g)
+			return fmt.Errorf("unable to create VM %d - %s", vmid, err.Error())
+		}
+		if _, ok := conf["boot"]; !ok {
+			if order := defaultBootOrder(conf); order != "" {
+				conf["boot"] = "order=" + order
+			}
+		}
+		if _, ok := conf["smbios1"]; !ok {
+			conf["smbios1"] = "uuid=" + uuidFrom(fmt.Sprintf("smbios/%s/%d", nodeName, vmid))
+		}
+		if _, ok := conf["vmgenid"]; !ok {
+			conf["vmgenid"] = uuidFrom(fmt.Sprintf("vmgenid/%s/%d", nodeName, vmid))
+		}
+		conf["meta"] = fmt.Sprintf("creation-qemu=9.2.0,ctime=%d", time.Now().Unix())
+		g.conf = conf
+		if _, ok := s.pools[poolName]; ok {
+			g.pool = poolName
+		}
+		t.logf("created VM %d", vmid)
+		if start == "1" {
+			t.logf("Execute autostart")
+			if err := s.startVM(g); err != nil {
+				t.warnf("%s", err.Error())
+			}
+		}
+		return nil
+	}
+	s.launch(t)
+	return t.upid, nil
+}
+
+// dropPlaceholder removes a VM whose create did not complete, with any disk
+// its worker allocated. The caller holds s.mu.
+func (s *Server) dropPlaceholder(g *vm) {
+	if s.vms[g.id] != g {
+		return
+	}
+	for k, v := range s.volumes {
+		if v.vmid == g.id && (k.node == "" || k.node == g.node) && v.content == "images" {
+			delete(s.volumes, k)
 		}
 	}
-	return t.upid, nil
+	delete(s.vms, g.id)
 }
 
 // defaultBootOrder is the first disk, the first CD-ROM and the first NIC,
@@ -806,7 +945,7 @@ func (s *Server) getConfig(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -824,7 +963,7 @@ func (s *Server) getConfig(r *http.Request) (any, error) {
 }
 
 func (s *Server) getPending(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -853,6 +992,11 @@ func (s *Server) getPending(r *http.Request) (any, error) {
 	return out, nil
 }
 
+// updateConfig is qemu-server's update_vm (PUT, synchronous) and
+// update_vm_async (POST, a qmconfig task). Both check the digest and the
+// config lock before answering; the POST worker checks them again and only
+// then changes the configuration, so a POST's change is visible when its
+// task ends.
 func (s *Server) updateConfig(r *http.Request, async bool) (any, error) {
 	q, err := form(r)
 	if err != nil {
@@ -871,7 +1015,7 @@ func (s *Server) updateConfig(r *http.Request, async bool) (any, error) {
 		deletes = append(deletes, k)
 	}
 	revert := splitList(q.Get("revert"))
-	for _, k := range []string{"vmid", "pool"} {
+	for _, k := range []string{"vmid", "pool", "meta"} {
 		if _, ok := changes[k]; ok {
 			errs[k] = "property is not defined in schema and the schema does not allow additional properties"
 		}
@@ -879,54 +1023,79 @@ func (s *Server) updateConfig(r *http.Request, async bool) (any, error) {
 	if len(errs) > 0 {
 		return nil, paramError(errs)
 	}
+	if err := skiplockErr(q); err != nil {
+		return nil, err
+	}
 	if len(changes) == 0 && len(deletes) == 0 && len(revert) == 0 {
 		return nil, errorf("no options specified")
 	}
+	digest := q.Get("digest")
 
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
 		return nil, err
 	}
-	if d := q.Get("digest"); d != "" && d != g.digest() {
-		return nil, errorf("detected modified configuration - file changed by other user? Try again.")
+	if err := g.checkDigestAndLock(digest); err != nil {
+		return nil, errorf("%s", err.Error())
 	}
 	if err := s.precheck(g.node, changes); err != nil {
 		return nil, err
 	}
-	var t *task
-	if async {
-		t = s.startTask(r, g.node, "qmconfig", strconv.Itoa(g.id))
-		if t.failed() {
-			return t.upid, nil
+	apply := func(g *vm) error {
+		resolved, err := s.resolveChanges(g, changes)
+		if err != nil {
+			return err
 		}
-	}
-	resolved, err := s.resolveChanges(g, changes)
-	if err != nil {
-		if t != nil {
-			t.fail(err.Error())
-			return t.upid, nil
+		for _, k := range revert {
+			delete(g.pending, k)
+			delete(g.pendingDel, k)
 		}
-		return nil, err
+		for _, k := range deletes {
+			s.deleteKey(g, k)
+		}
+		for _, k := range sortedKeys(resolved) {
+			s.setKey(g, k, resolved[k])
+		}
+		return nil
 	}
-	for _, k := range revert {
-		delete(g.pending, k)
-		delete(g.pendingDel, k)
+	if !async {
+		return nil, apply(g)
 	}
-	for _, k := range deletes {
-		s.deleteKey(g, k)
+	nodeName, vmid := g.node, g.id
+	t := s.newTask(r, nodeName, "qmconfig", strconv.Itoa(vmid))
+	t.work = func(t *task) error {
+		g, err := s.taskVM(nodeName, vmid)
+		if err != nil {
+			return err
+		}
+		if err := g.checkDigestAndLock(digest); err != nil {
+			return err
+		}
+		if err := apply(g); err != nil {
+			return err
+		}
+		t.logf("update VM %d: %s", vmid, strings.Join(sortedKeys(changes), ","))
+		return nil
 	}
-	for _, k := range sortedKeys(resolved) {
-		s.setKey(g, k, resolved[k])
-	}
-	if t != nil {
-		t.logf("update VM %d: %s", g.id, strings.Join(sortedKeys(resolved), ","))
-		return t.upid, nil
-	}
-	return nil, nil
+	s.launch(t)
+	return t.upid, nil
 }
 
+// checkDigestAndLock makes qemu-server's load_and_check_config checks: the
+// digest a client read must still be the configuration's, and no lock may
+// be held.
+func (g *vm) checkDigestAndLock(digest string) error {
+	if digest != "" && digest != g.digest() {
+		return fmt.Errorf("checksum mismatch (file change by other user?)")
+	}
+	return g.lockErr()
+}
+
+// resize is qemu-server's resize_vm: every check (digest, lock, disk,
+// CD-ROM, shrinking) is made by its resize task's worker, which then grows
+// the volume and the drive's size.
 func (s *Server) resize(r *http.Request) (any, error) {
 	q, err := form(r)
 	if err != nil {
@@ -948,43 +1117,56 @@ func (s *Server) resize(r *http.Request) (any, error) {
 	if len(errs) > 0 {
 		return nil, paramError(errs)
 	}
+	if err := skiplockErr(q); err != nil {
+		return nil, err
+	}
+	digest := q.Get("digest")
 
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
-	g, err := s.lookupVM(r)
+	nodeName := r.PathValue("node")
+	vmid, err := s.vmidParam(r)
 	if err != nil {
 		return nil, err
 	}
-	if d := q.Get("digest"); d != "" && d != g.digest() {
-		return nil, errorf("detected modified configuration - file changed by other user? Try again.")
+	t := s.newTask(r, nodeName, "resize", strconv.Itoa(vmid))
+	t.work = func(t *task) error {
+		g, err := s.taskVM(nodeName, vmid)
+		if err != nil {
+			return err
+		}
+		if err := g.checkDigestAndLock(digest); err != nil {
+			return err
+		}
+		value, ok := g.conf[disk]
+		if !ok {
+			return fmt.Errorf("disk '%s' does not exist", disk)
+		}
+		p, _ := parseProp(value, "file")
+		if p.kv["media"] == "cdrom" {
+			return fmt.Errorf("you can't resize a cdrom")
+		}
+		v, _, err := s.lookupVolume(g.node, p.head)
+		if err != nil {
+			return err
+		}
+		newSize := n
+		if relative {
+			newSize = v.size + n
+		}
+		if newSize < v.size {
+			return fmt.Errorf("shrinking disks is not supported")
+		}
+		if newSize == v.size {
+			return nil
+		}
+		t.logf("resizing %s from %d to %d bytes", disk, v.size, newSize)
+		v.size = newSize
+		p.kv["size"] = formatSize(newSize)
+		g.conf[disk] = p.String()
+		return nil
 	}
-	value, ok := g.conf[disk]
-	if !ok {
-		return nil, errorf("disk '%s' does not exist", disk)
-	}
-	p, _ := parseProp(value, "file")
-	if p.kv["media"] == "cdrom" {
-		return nil, errorf("you can't resize a cdrom")
-	}
-	v, _, err := s.lookupVolume(g.node, p.head)
-	if err != nil {
-		return nil, err
-	}
-	newSize := n
-	if relative {
-		newSize = v.size + n
-	}
-	if newSize < v.size {
-		return nil, errorf("shrinking disks is not supported")
-	}
-	t := s.startTask(r, g.node, "resize", strconv.Itoa(g.id))
-	if t.failed() {
-		return t.upid, nil
-	}
-	t.logf("resizing %s from %d to %d bytes", disk, v.size, newSize)
-	v.size = newSize
-	p.kv["size"] = formatSize(newSize)
-	g.conf[disk] = p.String()
+	s.launch(t)
 	return t.upid, nil
 }
 
@@ -992,8 +1174,17 @@ func (s *Server) getStatusIndex(r *http.Request) (any, error) {
 	return s.vmIndex(r, "subdir", "current", "reboot", "reset", "shutdown", "start", "stop")
 }
 
+// displayName is the name qemu-server reports for a VM: its configured
+// name, or "VM <id>" (a VM being created has none yet).
+func (g *vm) displayName() string {
+	if n := g.conf["name"]; n != "" {
+		return n
+	}
+	return "VM " + strconv.Itoa(g.id)
+}
+
 func (s *Server) getStatus(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
@@ -1001,7 +1192,7 @@ func (s *Server) getStatus(r *http.Request) (any, error) {
 	}
 	m := map[string]any{
 		"vmid":      g.id,
-		"name":      g.conf["name"],
+		"name":      g.displayName(),
 		"status":    g.status(),
 		"qmpstatus": g.status(),
 		"uptime":    g.uptime(),
@@ -1032,6 +1223,14 @@ func (s *Server) getStatus(r *http.Request) (any, error) {
 	if l := g.conf["lock"]; l != "" {
 		m["lock"] = l
 	}
+	if g.conf["template"] == "1" {
+		m["template"] = 1
+	}
+	for k := range g.conf {
+		if strings.HasPrefix(k, "serial") && kindOf(k) == kindString {
+			m["serial"] = 1
+		}
+	}
 	return m, nil
 }
 
@@ -1050,9 +1249,16 @@ func (s *Server) checkBridges(conf map[string]string) error {
 	return nil
 }
 
-// startVM starts a stopped VM: pending changes apply, then the machine
-// powers on. The caller holds s.mu.
+// startVM starts a stopped VM the way qemu-server's vm_start does in its
+// worker: templates and locked VMs refuse, pending changes apply, then the
+// machine powers on. The caller holds s.mu.
 func (s *Server) startVM(g *vm) error {
+	if g.conf["template"] == "1" {
+		return fmt.Errorf("you can't start a vm if it's a template")
+	}
+	if err := g.lockErr(); err != nil {
+		return err
+	}
 	if g.running {
 		return fmt.Errorf("VM %d already running", g.id)
 	}
@@ -1074,72 +1280,123 @@ func (s *Server) stopVM(g *vm) {
 	s.hooks.push(hookEvent{vmid: g.id})
 }
 
+// power is qemu-server's vm_start, vm_stop, vm_shutdown, vm_reboot and
+// vm_reset. Reboot and reset refuse a stopped VM before forking; every
+// other check (the config lock, "already running") and the power change
+// itself happen in the task's worker. Stopping a stopped VM succeeds
+// without a change, as _do_vm_stop returns early.
 func (s *Server) power(r *http.Request, action string) (any, error) {
-	if _, err := form(r); err != nil {
+	q, err := form(r)
+	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	if err := skiplockErr(q); err != nil {
+		return nil, err
+	}
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
 		return nil, err
 	}
-	t := s.startTask(r, g.node, "qm"+action, strconv.Itoa(g.id))
-	if t.failed() {
-		return t.upid, nil
+	if (action == "reboot" || action == "reset") && !g.running {
+		return nil, errorf("VM %d not running", g.id)
 	}
-	switch action {
-	case "start":
-		if err := s.startVM(g); err != nil {
-			t.fail(err.Error())
+	nodeName, vmid := g.node, g.id
+	t := s.newTask(r, nodeName, "qm"+action, strconv.Itoa(vmid))
+	t.work = func(t *task) error {
+		g, err := s.taskVM(nodeName, vmid)
+		if err != nil {
+			return err
 		}
-	case "stop", "shutdown":
-		s.stopVM(g)
-	case "reboot", "reset":
-		if !g.running {
-			t.fail(fmt.Sprintf("VM %d not running", g.id))
-			break
+		switch action {
+		case "start":
+			return s.startVM(g)
+		case "stop", "shutdown":
+			if !g.running {
+				return nil
+			}
+			if err := g.lockErr(); err != nil {
+				return err
+			}
+			s.stopVM(g)
+		case "reboot", "reset":
+			if !g.running {
+				return fmt.Errorf("VM %d not running", vmid)
+			}
+			if err := g.lockErr(); err != nil {
+				return err
+			}
+			s.stopVM(g)
+			if action == "reboot" {
+				s.applyPending(g)
+			}
+			g.running = true
+			g.startedAt = time.Now()
+			s.hooks.push(hookEvent{on: true, vm: s.vmInfo(g)})
 		}
-		s.stopVM(g)
-		if action == "reboot" {
-			s.applyPending(g)
-		}
-		g.running = true
-		g.startedAt = time.Now()
-		s.hooks.push(hookEvent{on: true, vm: s.vmInfo(g)})
+		return nil
 	}
+	s.launch(t)
 	return t.upid, nil
 }
 
+// deleteVM is qemu-server's destroy_vm: protection and power state are
+// checked before forking and again by the qmdestroy worker, which also
+// refuses a locked VM and then removes the disks and the configuration.
 func (s *Server) deleteVM(r *http.Request) (any, error) {
-	if _, err := form(r); err != nil {
+	q, err := form(r)
+	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	if err := skiplockErr(q); err != nil {
+		return nil, err
+	}
+	s.lock()
 	defer s.mu.Unlock()
 	g, err := s.lookupVM(r)
 	if err != nil {
 		return nil, err
 	}
-	if g.running {
-		return nil, errorf("VM %d is running - destroy failed", g.id)
+	if err := g.destroyErr(); err != nil {
+		return nil, errorf("%s", err.Error())
 	}
-	if g.conf["protection"] == "1" {
-		return nil, errorf("can't remove VM %d - protection mode enabled", g.id)
-	}
-	t := s.startTask(r, g.node, "qmdestroy", strconv.Itoa(g.id))
-	if t.failed() {
-		return t.upid, nil
-	}
-	for k, v := range s.volumes {
-		if v.vmid == g.id && (k.node == "" || k.node == g.node) && v.content == "images" {
-			delete(s.volumes, k)
+	nodeName, vmid := g.node, g.id
+	t := s.newTask(r, nodeName, "qmdestroy", strconv.Itoa(vmid))
+	t.work = func(t *task) error {
+		g, err := s.taskVM(nodeName, vmid)
+		if err != nil {
+			return err
 		}
+		if err := g.destroyErr(); err != nil {
+			return err
+		}
+		if err := g.lockErr(); err != nil {
+			return err
+		}
+		for k, v := range s.volumes {
+			if v.vmid == g.id && (k.node == "" || k.node == g.node) && v.content == "images" {
+				delete(s.volumes, k)
+			}
+		}
+		delete(s.vms, g.id)
+		s.hooks.push(hookEvent{vmid: g.id})
+		t.logf("destroyed VM %d", g.id)
+		return nil
 	}
-	delete(s.vms, g.id)
-	s.hooks.push(hookEvent{vmid: g.id})
-	t.logf("destroyed VM %d", g.id)
+	s.launch(t)
 	return t.upid, nil
+}
+
+// destroyErr is destroy_vm's early checks.
+func (g *vm) destroyErr() error {
+	if g.conf["protection"] == "1" {
+		return fmt.Errorf("can't remove VM %d - protection mode enabled", g.id)
+	}
+	if g.running {
+		return fmt.Errorf("VM %d is running - destroy failed", g.id)
+	}
+	return nil
 }
 
 // vmInfo describes a VM to the machine hooks. The caller holds s.mu.
@@ -1161,7 +1418,7 @@ func (s *Server) vmInfo(g *vm) VM {
 		Boot:     g.conf["boot"],
 		Config:   conf,
 		ReadVolume: func(volid string) ([]byte, error) {
-			s.mu.Lock()
+			s.lock()
 			defer s.mu.Unlock()
 			v, _, err := s.lookupVolume(nodeName, volid)
 			if err != nil {

@@ -38,11 +38,25 @@ type Options struct {
 	// TokenID (user@realm!name) and TokenSecret are the only credentials
 	// accepted; empty values mean DefaultTokenID and DefaultTokenSecret.
 	TokenID, TokenSecret string
-	// TaskDuration is how long an asynchronous task stays "running". Zero
-	// means DefaultTaskDuration; a negative value makes tasks end as soon as
-	// they start. proxmox-api-go polls a running task every two seconds, so
-	// tests that want speed use a negative value.
+	// TaskDuration is how long an asynchronous task stays "running"; its
+	// effect (VM created, configuration changed, VM started or stopped,
+	// disk resized, VM destroyed, volume uploaded or deleted) is applied
+	// when it ends, as a Proxmox VE worker's is. Zero means
+	// DefaultTaskDuration; a negative value makes tasks end, with their
+	// effect, before the call that started them answers. proxmox-api-go
+	// polls a running task every two seconds, so tests that want speed use
+	// a negative value.
 	TaskDuration time.Duration
+	// StatsInterval is how often pvestatd broadcasts guest status: the
+	// name, status, uptime and resource figures of VMs in
+	// /cluster/resources (and pool member lists) are those of the last
+	// broadcast, as Proxmox VE reads them from the RRD, and a VM not yet
+	// broadcast shows only its ID, node, type, tags, lock, pool and status
+	// "unknown". Proxmox VE broadcasts every 10 seconds (pvestatd's
+	// $updatetime). Zero reports live values, a leniency: a client that
+	// reads names or power states there right after a change sees them
+	// sooner than it would on Proxmox VE.
+	StatsInterval time.Duration
 	// Machines turns started VMs into simulated machines; nil means VMs only
 	// change state and their guest agent never answers.
 	Machines MachineHooks
@@ -101,6 +115,9 @@ type Server struct {
 	pools     map[string]*pool
 	poolOrder []string
 	tasks     map[string]*task
+	active    []*task                // tasks not yet ended
+	rrd       map[int]map[string]any // last pvestatd broadcast, by VM ID
+	rrdTick   int64
 	taskSeq   int
 	clusterFW map[string]string
 	faults    faultTable
@@ -252,7 +269,7 @@ func (s *Server) Close() {
 // node's resources answer 595 like a Proxmox VE cluster whose node is
 // unreachable, and the node is reported offline in lists.
 func (s *Server) SetNodeOnline(name string, online bool) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	for _, n := range s.nodes {
 		if n.name == name {

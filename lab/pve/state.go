@@ -46,7 +46,7 @@ type Volume struct {
 
 // VMs returns a snapshot of every VM, ordered by ID.
 func (s *Server) VMs() []VMState {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	out := make([]VMState, 0, len(s.vms))
 	for _, id := range s.sortedVMIDs() {
@@ -89,7 +89,7 @@ func (s *Server) VMs() []VMState {
 // Volumes returns a snapshot of every storage volume, ordered by node and
 // volume ID.
 func (s *Server) Volumes() []Volume {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	var out []Volume
 	for _, n := range append([]*node{{name: ""}}, s.nodes...) {
@@ -108,7 +108,7 @@ func (s *Server) Volumes() []Volume {
 
 // ClusterFirewall reports whether the datacenter firewall is enabled.
 func (s *Server) ClusterFirewall() bool {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	return s.clusterFW["enable"] == "1"
 }

@@ -233,7 +233,7 @@ func (s *Server) listStorageConfig(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	out := []map[string]any{}
 	for i := range s.storages {
@@ -247,7 +247,7 @@ func (s *Server) listStorageConfig(r *http.Request) (any, error) {
 }
 
 func (s *Server) getStorageConfig(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	st := s.findStorage(r.PathValue("storage"))
 	if st == nil {
@@ -278,7 +278,7 @@ func (s *Server) listNodeStorage(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
@@ -310,7 +310,7 @@ func (s *Server) listNodeStorage(r *http.Request) (any, error) {
 }
 
 func (s *Server) getNodeStorage(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
@@ -325,7 +325,7 @@ func (s *Server) getNodeStorage(r *http.Request) (any, error) {
 }
 
 func (s *Server) getStorageStatus(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
@@ -346,7 +346,7 @@ func (s *Server) listContent(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
@@ -391,7 +391,7 @@ func volumeParam(r *http.Request) string {
 }
 
 func (s *Server) getContent(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
@@ -404,63 +404,84 @@ func (s *Server) getContent(r *http.Request) (any, error) {
 	return map[string]any{"path": volumePath(st, v.volid), "size": v.size, "used": v.size, "format": v.format}, nil
 }
 
+// deleteContent is pve-storage's content delete: the volume is freed by an
+// imgdel task's worker (vdisk_free), so it is listed until the task ends.
+// Like free_image, a missing file on a file-based storage is only a warning;
+// on other storages the worker fails.
 func (s *Server) deleteContent(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
 		return nil, err
 	}
 	volid := volumeParam(r)
-	if store, _, _ := strings.Cut(volid, ":"); store != r.PathValue("storage") {
+	storeName, _, _ := strings.Cut(volid, ":")
+	if storeName != r.PathValue("storage") {
 		return nil, paramErr("volume", fmt.Sprintf("volume '%s' is not on storage '%s'", volid, r.PathValue("storage")))
 	}
-	v, st, err := s.lookupVolume(nodeName, volid)
+	st, err := s.nodeStorage(nodeName, storeName)
 	if err != nil {
 		return nil, err
 	}
-	if v.content == "images" {
-		for _, g := range s.vms {
-			if g.references(volid) {
-				return nil, errorf("unable to delete volume '%s' - used by VM %d", volid, g.id)
+	id := st.Name
+	if v, _, err := s.lookupVolume(nodeName, volid); err == nil && v.vmid != 0 {
+		id = strconv.Itoa(v.vmid) + "@" + st.Name
+	}
+	key := s.volKeyFor(st, nodeName, volid)
+	t := s.newTask(r, nodeName, "imgdel", id)
+	t.work = func(t *task) error {
+		if _, ok := s.volumes[key]; !ok {
+			if st.fileBased() {
+				t.warnf("disk image '%s' does not exist", volumePath(st, volid))
+				return nil
 			}
+			return fmt.Errorf("volume '%s' does not exist", volid)
 		}
+		delete(s.volumes, key)
+		t.logf("Removed volume '%s'", volid)
+		return nil
 	}
-	t := s.startTask(r, nodeName, "imgdel", st.Name)
-	if t.failed() {
-		return t.upid, nil
-	}
-	t.logf("removing volume '%s'", volid)
-	delete(s.volumes, s.volKeyFor(st, nodeName, volid))
+	s.launch(t)
 	return t.upid, nil
 }
 
 var unsafeFileChars = regexp.MustCompile(`[^a-zA-Z0-9_.\-]`)
 
-// contentFilename checks an uploaded file name against the content type the
-// way Proxmox VE does and returns the normalised name.
-func contentFilename(content, name string) (string, error) {
-	name = unsafeFileChars.ReplaceAllString(name, "_")
+// normalizeContentFilename is pve-storage's normalize_content_filename:
+// directories are dropped and unsafe characters become '_'.
+func normalizeContentFilename(name string) string {
+	name = strings.TrimRight(name, "\n")
+	if i := strings.LastIndexAny(name, `/\`); i >= 0 {
+		name = name[i+1:]
+	}
+	return unsafeFileChars.ReplaceAllString(name, "_")
+}
+
+// checkContentFilename checks a file name against the content type the way
+// the upload and download-url calls do; notAllowed is the message each
+// gives for another content type.
+func checkContentFilename(content, name, notAllowed string) error {
 	lower := strings.ToLower(name)
 	switch content {
 	case "iso":
 		if !strings.HasSuffix(lower, ".iso") && !strings.HasSuffix(lower, ".img") {
-			return "", paramErr("filename", "wrong file extension")
+			return paramErr("filename", "wrong file extension")
 		}
 	case "vztmpl":
 		ok := false
-		for _, ext := range []string{".tar.gz", ".tar.xz", ".tar.zst", ".tgz"} {
+		for _, ext := range []string{".tar", ".tar.gz", ".tar.xz", ".tar.zst", ".tar.bz2"} {
 			if strings.HasSuffix(lower, ext) {
 				ok = true
 			}
 		}
 		if !ok {
-			return "", paramErr("filename", "wrong file extension")
+			return paramErr("filename", "wrong file extension")
 		}
 	default:
-		return "", paramErr("content", fmt.Sprintf("upload content type '%s' not allowed", content))
+		return paramErr("content", fmt.Sprintf(notAllowed, content))
 	}
-	return name, nil
+	return nil
 }
 
 func checksumHash(algo string) (hash.Hash, error) {
@@ -481,22 +502,71 @@ func checksumHash(algo string) (hash.Hash, error) {
 	return nil, paramErr("checksum-algorithm", fmt.Sprintf("value '%s' does not have a value in the enumeration 'md5, sha1, sha224, sha256, sha384, sha512'", algo))
 }
 
-func verifyChecksum(data []byte, algo, want string) error {
-	if want == "" {
-		return nil
-	}
+func fileHash(data []byte, algo string) string {
 	h, err := checksumHash(algo)
 	if err != nil {
-		return err
+		return ""
 	}
 	h.Write(data)
-	got := hex.EncodeToString(h.Sum(nil))
-	if !strings.EqualFold(got, want) {
-		return fmt.Errorf("checksum mismatch: got '%s' != expect '%s'", got, want)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// checkChecksumParams validates checksum and checksum-algorithm like the
+// API schema: the algorithm is an enumeration and a checksum needs one.
+func checkChecksumParams(algo, sum string) error {
+	if algo != "" {
+		if _, err := checksumHash(algo); err != nil {
+			return err
+		}
+	}
+	if sum != "" && algo == "" {
+		return paramErr("checksum-algorithm", "parameter is required when 'checksum' is set")
 	}
 	return nil
 }
 
+// fileTarget is where an upload or download-url puts a file: the checks
+// pve-storage makes before forking, in its order (storage enabled on the
+// node, file-based, file name and content type, content allowed). The
+// caller holds s.mu.
+func (s *Server) fileTarget(r *http.Request, content, filename string, download bool) (string, *Storage, string, error) {
+	nodeName := r.PathValue("node")
+	if _, err := s.lookupNode(nodeName); err != nil {
+		return "", nil, "", err
+	}
+	st, err := s.nodeStorage(nodeName, r.PathValue("storage"))
+	if err != nil {
+		return "", nil, "", err
+	}
+	if !st.fileBased() {
+		if download {
+			return "", nil, "", errorf("can't upload to storage type '%s', not a file based storage!", st.Type)
+		}
+		return "", nil, "", errorf("can't upload to storage type '%s'", st.Type)
+	}
+	name := normalizeContentFilename(filename)
+	if download {
+		if !st.has(content) {
+			return "", nil, "", errorf("storage '%s' is not configured for content-type '%s'", st.Name, content)
+		}
+		if err := checkContentFilename(content, name, "upload content-type '%s' is not allowed"); err != nil {
+			return "", nil, "", err
+		}
+	} else {
+		if err := checkContentFilename(content, name, "upload content type '%s' not allowed"); err != nil {
+			return "", nil, "", err
+		}
+		if !st.has(content) {
+			return "", nil, "", errorf("storage '%s' does not support '%s' content", st.Name, content)
+		}
+	}
+	return nodeName, st, st.Name + ":" + content + "/" + name, nil
+}
+
+// upload is pve-storage's upload: pveproxy receives the file, the API call
+// checks the target, and an imgcopy task's worker verifies the checksum and
+// copies the file into place, replacing a file of the same name. The volume
+// appears when the task ends.
 func (s *Server) upload(r *http.Request) (any, error) {
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct != "multipart/form-data" {
@@ -537,40 +607,45 @@ func (s *Server) upload(r *http.Request) (any, error) {
 	if content == "" {
 		return nil, paramErr("content", "property is missing and it is not optional")
 	}
-	name, err := contentFilename(content, fileName)
-	if err != nil {
+	algo, sum := fields["checksum-algorithm"], fields["checksum"]
+	if err := checkChecksumParams(algo, sum); err != nil {
 		return nil, err
-	}
-	if err := verifyChecksum(data, fields["checksum-algorithm"], fields["checksum"]); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) {
-			return nil, err
-		}
-		return nil, errorf("%s", err.Error())
 	}
 
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
-	nodeName, st, volid, err := s.contentTarget(r, content, name)
+	nodeName, st, volid, err := s.fileTarget(r, content, fileName, false)
 	if err != nil {
 		return nil, err
 	}
-	t := s.startTask(r, nodeName, "imgcopy", "")
-	if t.failed() {
-		return t.upid, nil
+	key := s.volKeyFor(st, nodeName, volid)
+	name := strings.TrimPrefix(volid, st.Name+":"+content+"/")
+	t := s.newTask(r, nodeName, "imgcopy", "")
+	t.work = func(t *task) error {
+		t.logf("starting file import from: /var/tmp/pveupload-%x", t.pid)
+		if algo != "" {
+			got := fileHash(data, algo)
+			if !strings.EqualFold(got, sum) {
+				return fmt.Errorf("checksum mismatch: got '%s' != expect '%s'", got, sum)
+			}
+			t.logf("calculating checksum...OK, checksum verified")
+		}
+		t.logf("target node: %s", nodeName)
+		t.logf("target file: %s", volumePath(st, volid))
+		t.logf("file size is: %d", len(data))
+		s.volumes[key] = &volume{
+			volid:   volid,
+			storage: st.Name,
+			content: content,
+			format:  formatOfFile(name),
+			size:    int64(len(data)),
+			data:    data,
+			ctime:   time.Now().Unix(),
+		}
+		t.logf("finished file import successfully")
+		return nil
 	}
-	t.logf("target node: %s", nodeName)
-	t.logf("target file: %s", volumePath(st, volid))
-	t.logf("file size is: %d", len(data))
-	s.volumes[s.volKeyFor(st, nodeName, volid)] = &volume{
-		volid:   volid,
-		storage: st.Name,
-		content: content,
-		format:  formatOfFile(name),
-		size:    int64(len(data)),
-		data:    data,
-		ctime:   time.Now().Unix(),
-	}
+	s.launch(t)
 	return t.upid, nil
 }
 
@@ -579,12 +654,17 @@ func formatOfFile(name string) string {
 	switch {
 	case strings.HasSuffix(lower, ".iso"), strings.HasSuffix(lower, ".img"):
 		return "iso"
-	case strings.Contains(lower, ".tar."), strings.HasSuffix(lower, ".tgz"):
+	case strings.Contains(lower, ".tar"):
 		return "tgz"
 	}
 	return "raw"
 }
 
+// downloadURL is pve-storage's download_url: the target is checked before
+// forking; the download task's worker (PVE::Tools::download_file_from_url)
+// refuses an existing file unless its checksum matches, fetches the URL,
+// verifies the checksum and renames the file into place, so the volume
+// appears when the task ends.
 func (s *Server) downloadURL(r *http.Request) (any, error) {
 	q, err := form(r)
 	if err != nil {
@@ -600,44 +680,57 @@ func (s *Server) downloadURL(r *http.Request) (any, error) {
 		return nil, paramError(errs)
 	}
 	content := q.Get("content")
-	name, err := contentFilename(content, q.Get("filename"))
-	if err != nil {
+	algo, sum := q.Get("checksum-algorithm"), q.Get("checksum")
+	if err := checkChecksumParams(algo, sum); err != nil {
 		return nil, err
 	}
-	algo, sum := q.Get("checksum-algorithm"), q.Get("checksum")
-	if sum != "" {
-		if _, err := checksumHash(algo); err != nil {
-			return nil, err
-		}
-	}
 	src := q.Get("url")
-	if !strings.HasPrefix(src, "http://") && !strings.HasPrefix(src, "https://") {
+	if !strings.HasPrefix(src, "http://") && !strings.HasPrefix(src, "https://") && !strings.HasPrefix(src, "ftp://") {
 		return nil, paramErr("url", "value does not match the regex pattern")
 	}
 
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
-	nodeName, st, volid, err := s.contentTarget(r, content, name)
+	nodeName, st, volid, err := s.fileTarget(r, content, q.Get("filename"), true)
 	if err != nil {
 		return nil, err
 	}
+	name := strings.TrimPrefix(volid, st.Name+":"+content+"/")
 	key := s.volKeyFor(st, nodeName, volid)
-	if _, ok := s.volumes[key]; ok {
-		return nil, errorf("refusing to override existing file '%s'", name)
+	dest := volumePath(st, volid)
+	t := s.newTask(r, nodeName, "download", name)
+	t.logf("downloading %s to %s", src, dest)
+	if t.dies != "" {
+		// The worker dies before it fetches anything.
+		s.launch(t)
+		return t.upid, nil
 	}
-	t := s.startTask(r, nodeName, "download", name)
-	if t.failed() {
+	if old, ok := s.volumes[key]; ok {
+		// The worker's first step, made now: the file exists before the
+		// transfer would start.
+		t.work = func(t *task) error {
+			if sum == "" {
+				return fmt.Errorf("refusing to override existing file '%s'", dest)
+			}
+			if got := fileHash(old.data, algo); !strings.EqualFold(got, sum) {
+				return fmt.Errorf("checksum mismatch: got '%s' != expect '%s', aborting", got, sum)
+			}
+			t.logf("calculating checksum of existing file...OK, got correct file already, no need to download")
+			return nil
+		}
+		s.launch(t)
 		return t.upid, nil
 	}
 	t.waiting = true
 	t.done = make(chan struct{})
-	t.logf("downloading %s to %s", src, volumePath(st, volid))
-	go s.download(t, key, st.Name, content, name, src, algo, sum)
+	s.active = append(s.active, t)
+	go s.download(t, key, st.Name, content, name, src, dest, algo, sum)
 	return t.upid, nil
 }
 
-// download runs a download-url task's transfer.
-func (s *Server) download(t *task, key volKey, storage, content, name, src, algo, sum string) {
+// download runs a download-url task's transfer; the task ends when the
+// transfer has finished and its duration has passed.
+func (s *Server) download(t *task, key volKey, storage, content, name, src, dest, algo, sum string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	go func() {
@@ -648,8 +741,12 @@ func (s *Server) download(t *task, key volKey, storage, content, name, src, algo
 		}
 	}()
 	data, err := s.fetch(ctx, src)
-	if err == nil {
-		err = verifyChecksum(data, algo, sum)
+	if err != nil {
+		err = fmt.Errorf("download failed: command 'wget --progress=dot:giga -O %s.tmp.%d %s' failed: %w", dest, t.pid, src, err)
+	} else if algo != "" {
+		if got := fileHash(data, algo); !strings.EqualFold(got, sum) {
+			err = fmt.Errorf("checksum mismatch: got '%s' != expect '%s'", got, sum)
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -658,21 +755,35 @@ func (s *Server) download(t *task, key volKey, storage, content, name, src, algo
 	if end := time.Now(); end.After(t.end) {
 		t.end = end
 	}
-	if err != nil {
-		t.fail(err.Error())
-		return
+	t.work = func(t *task) error {
+		if err != nil {
+			return err
+		}
+		if _, ok := s.volumes[key]; ok {
+			return fmt.Errorf("unable to rename temporary file: file '%s' appeared during the download", dest)
+		}
+		s.volumes[key] = &volume{
+			volid:   key.volid,
+			storage: storage,
+			content: content,
+			format:  formatOfFile(name),
+			size:    int64(len(data)),
+			data:    data,
+			ctime:   time.Now().Unix(),
+		}
+		t.logf("download of '%s' to '%s' finished", src, dest)
+		return nil
 	}
-	t.logf("downloaded %d bytes", len(data))
-	s.volumes[key] = &volume{
-		volid:   key.volid,
-		storage: storage,
-		content: content,
-		format:  formatOfFile(name),
-		size:    int64(len(data)),
-		data:    data,
-		ctime:   time.Now().Unix(),
+	s.settle()
+	if !t.finished {
+		s.arm(t, time.Until(t.end))
 	}
 }
+
+// errExit is the wget exit status for an error answer from the server.
+type errExit struct{ code int }
+
+func (e errExit) Error() string { return fmt.Sprintf("exit code %d", e.code) }
 
 func (s *Server) fetch(ctx context.Context, src string) ([]byte, error) {
 	client := s.opts.HTTPClient
@@ -681,37 +792,19 @@ func (s *Server) fetch(ctx context.Context, src string) ([]byte, error) {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, src, nil)
 	if err != nil {
-		return nil, fmt.Errorf("building the download request: %w", err)
+		return nil, errExit{code: 1}
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("download failed: %w", err)
+		return nil, errExit{code: 4} // wget: network failure
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("download failed: %s", resp.Status)
+		return nil, errExit{code: 8} // wget: server issued an error response
 	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("reading the download: %w", err)
+		return nil, errExit{code: 4}
 	}
 	return data, nil
-}
-
-// contentTarget resolves where a new volume of the given content and file
-// name goes: the request's node and storage, which must hold that content.
-// The caller holds s.mu.
-func (s *Server) contentTarget(r *http.Request, content, name string) (string, *Storage, string, error) {
-	nodeName := r.PathValue("node")
-	if _, err := s.lookupNode(nodeName); err != nil {
-		return "", nil, "", err
-	}
-	st, err := s.nodeStorage(nodeName, r.PathValue("storage"))
-	if err != nil {
-		return "", nil, "", err
-	}
-	if !st.has(content) {
-		return "", nil, "", errorf("storage '%s' does not support '%s' content", st.Name, content)
-	}
-	return nodeName, st, st.Name + ":" + content + "/" + name, nil
 }

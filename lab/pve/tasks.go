@@ -11,39 +11,57 @@ import (
 
 const exitOK = "OK"
 
-// task is an asynchronous Proxmox VE worker. Its effect is applied when it
-// starts; it reports "running" until its duration has passed (and, for
-// downloads, until the transfer has finished).
+// task is an asynchronous Proxmox VE worker (a fork_worker in pve-manager,
+// qemu-server and pve-storage). The API call that starts it makes only the
+// checks Proxmox VE makes before forking and answers the UPID; the worker's
+// own checks and its effect run when the task ends (at its duration, or when
+// a download's transfer has finished), so until then reads show the state
+// before the task, GET .../tasks/{upid}/status answers "running", and once
+// it answers "stopped" the effect is visible.
 type task struct {
 	upid, node, typ, id, user string
 	pid, pstart               int
 	start, end                time.Time
-	exit                      string
-	waiting                   bool
-	done                      chan struct{} // closed when waiting ends
-	lines                     []string
+	// finished is set when the worker has run; exit is valid from then on.
+	finished bool
+	exit     string
+	// dies is an injected worker failure: the task ends with it as its
+	// exit status and without its effect.
+	dies string
+	// warnings counts the worker's warnings; a task that ends without
+	// error and with warnings exits "WARNINGS: N".
+	warnings int
+	// work is the worker: its checks and its effect, run with s.mu held
+	// when the task ends. An error ends the task with that error; work
+	// undoes its own partial effects.
+	work func(t *task) error
+	// abort undoes what the API call did before forking (such as a
+	// create's locked placeholder config) when the worker dies injected.
+	abort func()
+	// waiting is set while a download transfers; done is closed when it
+	// has ended.
+	waiting bool
+	done    chan struct{}
+	lines   []string
 }
 
-func (t *task) running(now time.Time) bool { return t.waiting || now.Before(t.end) }
-
-// failed reports whether the task ended (or will end) with an error.
-func (t *task) failed() bool {
-	return t.exit != exitOK && !strings.HasPrefix(t.exit, "WARNINGS")
-}
-
-// fail makes the task end with an error text.
-func (t *task) fail(msg string) {
-	t.exit = strings.TrimRight(msg, "\n")
-}
+func (t *task) running() bool { return !t.finished }
 
 func (t *task) logf(format string, args ...any) {
 	t.lines = append(t.lines, fmt.Sprintf(format, args...))
 }
 
-// startTask creates a task for the request's operation, consuming injected
-// task failures and warnings. The caller holds s.mu and applies the effect
-// only when the task has not failed.
-func (s *Server) startTask(r *http.Request, node, typ, id string) *task {
+// warnf logs a warning the way a Proxmox VE worker's warn does and counts
+// it towards the "WARNINGS: N" exit status.
+func (t *task) warnf(format string, args ...any) {
+	t.warnings++
+	t.logf("WARN: "+format, args...)
+}
+
+// newTask creates a task for the request's operation, consuming injected
+// task failures and warnings. The caller holds s.mu, sets work (and abort)
+// and then calls s.launch.
+func (s *Server) newTask(r *http.Request, node, typ, id string) *task {
 	s.taskSeq++
 	now := time.Now()
 	pstart := int(now.Sub(s.started)/(10*time.Millisecond)) + 1000
@@ -56,20 +74,101 @@ func (s *Server) startTask(r *http.Request, node, typ, id string) *task {
 		pstart: pstart,
 		start:  now,
 		end:    now.Add(s.taskTime),
-		exit:   exitOK,
 	}
 	t.upid = fmt.Sprintf("UPID:%s:%08X:%08X:%08X:%s:%s:%s:", node, t.pid, t.pstart, now.Unix(), typ, id, t.user)
 	op := requestOp(r)
 	if rule := takeCount(s.faults.taskFail, op); rule != nil {
-		t.fail(rule.msg)
+		t.dies = strings.TrimRight(rule.msg, "\n")
 	} else if rule := takeCount(s.faults.warn, op); rule != nil {
 		for i := range rule.n {
-			t.logf("WARN: emulated warning %d of %d", i+1, rule.n)
+			t.warnf("emulated warning %d of %d", i+1, rule.n)
 		}
-		t.exit = fmt.Sprintf("WARNINGS: %d", rule.n)
 	}
 	s.tasks[t.upid] = t
 	return t
+}
+
+// launch starts a task's clock: it ends at once when tasks take no time,
+// otherwise when its duration has passed. The caller holds s.mu and returns
+// t.upid to the client.
+func (s *Server) launch(t *task) {
+	s.active = append(s.active, t)
+	if s.taskTime == 0 {
+		s.settle()
+		return
+	}
+	s.arm(t, s.taskTime)
+}
+
+// arm ends t after d (unless a request has ended it by then).
+func (s *Server) arm(t *task, d time.Duration) {
+	time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.settle()
+		if !t.finished && !t.waiting {
+			if rest := time.Until(t.end); rest > 0 {
+				s.arm(t, rest)
+			}
+		}
+	})
+}
+
+// lock takes s.mu and ends the tasks that are due, so that every read sees
+// the effects of the tasks reported stopped.
+func (s *Server) lock() {
+	s.mu.Lock()
+	s.settle()
+}
+
+// settle ends every task whose time has come, in the order they end (equal
+// ends in the order they started, like workers serialised by the config
+// lock). The caller holds s.mu.
+func (s *Server) settle() {
+	now := time.Now()
+	var due []*task
+	rest := s.active[:0]
+	for _, t := range s.active {
+		if !t.waiting && !t.end.After(now) {
+			due = append(due, t)
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	clear(s.active[len(rest):])
+	s.active = rest
+	slices.SortStableFunc(due, func(a, b *task) int {
+		if c := a.end.Compare(b.end); c != 0 {
+			return c
+		}
+		return a.pid - b.pid
+	})
+	for _, t := range due {
+		s.finish(t)
+	}
+}
+
+// finish runs a task's worker and fixes its exit status. The caller holds
+// s.mu.
+func (s *Server) finish(t *task) {
+	t.finished = true
+	switch {
+	case t.dies != "":
+		t.exit = t.dies
+		if t.abort != nil {
+			t.abort()
+		}
+		return
+	case t.work != nil:
+		if err := t.work(t); err != nil {
+			t.exit = strings.TrimRight(err.Error(), "\n")
+			return
+		}
+	}
+	t.exit = exitOK
+	if t.warnings > 0 {
+		t.exit = fmt.Sprintf("WARNINGS: %d", t.warnings)
+	}
 }
 
 func (s *Server) taskRoutes() {
@@ -95,7 +194,7 @@ func (s *Server) lookupTask(r *http.Request) (*task, error) {
 	return t, nil
 }
 
-func (t *task) status(now time.Time) map[string]any {
+func (t *task) status() map[string]any {
 	m := map[string]any{
 		"upid":      t.upid,
 		"node":      t.node,
@@ -112,7 +211,7 @@ func (t *task) status(now time.Time) map[string]any {
 		m["user"] = user
 		m["tokenid"] = token
 	}
-	if !t.running(now) {
+	if !t.running() {
 		m["status"] = "stopped"
 		m["exitstatus"] = t.exit
 	}
@@ -120,7 +219,7 @@ func (t *task) status(now time.Time) map[string]any {
 }
 
 func (s *Server) getTaskIndex(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if _, err := s.lookupTask(r); err != nil {
 		return nil, err
@@ -133,7 +232,7 @@ func (s *Server) getTaskIndex(r *http.Request) (any, error) {
 const statusWait = 200 * time.Millisecond
 
 func (s *Server) getTaskStatus(r *http.Request) (any, error) {
-	s.mu.Lock()
+	s.lock()
 	t, err := s.lookupTask(r)
 	var done chan struct{}
 	if err == nil && t.waiting {
@@ -152,9 +251,9 @@ func (s *Server) getTaskStatus(r *http.Request) (any, error) {
 		}
 		timer.Stop()
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
-	return t.status(time.Now()), nil
+	return t.status(), nil
 }
 
 func (s *Server) getTaskLog(r *http.Request) (any, error) {
@@ -162,14 +261,14 @@ func (s *Server) getTaskLog(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	t, err := s.lookupTask(r)
 	if err != nil {
 		return nil, err
 	}
 	lines := append([]string(nil), t.lines...)
-	if !t.running(time.Now()) {
+	if !t.running() {
 		switch {
 		case t.exit == exitOK:
 			lines = append(lines, "TASK OK")
@@ -199,13 +298,12 @@ func (s *Server) listTasks(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	nodeName := r.PathValue("node")
 	if _, err := s.lookupNode(nodeName); err != nil {
 		return nil, err
 	}
-	now := time.Now()
 	var list []*task
 	for _, t := range s.tasks {
 		if t.node != nodeName {
@@ -217,10 +315,10 @@ func (s *Server) listTasks(r *http.Request) (any, error) {
 		if v := q.Get("typefilter"); v != "" && t.typ != v {
 			continue
 		}
-		if q.Get("source") != "all" && q.Get("source") != "active" && t.running(now) {
+		if q.Get("source") != "all" && q.Get("source") != "active" && t.running() {
 			continue
 		}
-		if q.Get("source") == "active" && !t.running(now) {
+		if q.Get("source") == "active" && !t.running() {
 			continue
 		}
 		list = append(list, t)
@@ -228,8 +326,8 @@ func (s *Server) listTasks(r *http.Request) (any, error) {
 	slices.SortFunc(list, func(a, b *task) int { return b.pid - a.pid })
 	out := []map[string]any{}
 	for _, t := range list {
-		m := t.status(now)
-		if !t.running(now) {
+		m := t.status()
+		if !t.running() {
 			m["status"] = t.exit
 			m["endtime"] = t.end.Unix()
 		}

@@ -177,8 +177,9 @@ func TestVMLifecycle(t *testing.T) {
 	if !ok {
 		t.Fatalf("no interface with MAC %s in %v", mac0, raw.Get())
 	}
-	if ips := nic.GetIpAddresses(); len(ips) != 1 || ips[0].String() != "10.0.0.11" {
-		t.Errorf("interface addresses = %v, want 10.0.0.11", ips)
+	// The kernel's EUI-64 link-local address follows the IPv4 address.
+	if ips := nic.GetIpAddresses(); len(ips) != 2 || ips[0].String() != "10.0.0.11" || ips[1].String() != "fe80::a1:b2ff:fec3:d401" {
+		t.Errorf("interface addresses = %v, want 10.0.0.11 and fe80::a1:b2ff:fec3:d401", ips)
 	}
 	if nic.GetName() != "eth0" {
 		t.Errorf("interface name = %q, want eth0", nic.GetName())
@@ -343,9 +344,12 @@ func TestPendingChanges(t *testing.T) {
 	}
 }
 
-// TestConcurrentCreates runs several clients creating VMs at once: they race
-// for the next free ID and the library retries on "config file already
-// exists".
+// TestConcurrentCreates runs creates at once. One client serialises its
+// own creates (proxmox-api-go holds a mutex from reading the next ID to the
+// end of the create task), so they get distinct IDs. Two clients that read
+// the same next ID collide: qemu-server's create_and_lock_config refuses the
+// second before forking, with a text the library does not retry on (it
+// retries only on clone's "config file already exists").
 func TestConcurrentCreates(t *testing.T) {
 	t.Parallel()
 	l := newLab(t, pve.Options{})
@@ -353,7 +357,6 @@ func TestConcurrentCreates(t *testing.T) {
 	const n = 6
 	errs := make(chan error, n)
 	for i := range n {
-		c := l.newClient(t, pve.DefaultTokenID, pve.DefaultTokenSecret)
 		go func() {
 			node := proxmox.NodeName([]string{"pve1", "pve2", "pve3"}[i%3])
 			cfg := proxmox.ConfigQemu{
@@ -362,7 +365,7 @@ func TestConcurrentCreates(t *testing.T) {
 				CPU:    &proxmox.QemuCPU{Cores: ptr(proxmox.QemuCpuCores(1))},
 				Memory: &proxmox.QemuMemory{CapacityMiB: ptr(proxmox.QemuMemoryCapacity(1024))},
 			}
-			_, err := cfg.Create(ctx, c)
+			_, err := cfg.Create(ctx, l.client)
 			errs <- err
 		}()
 	}
@@ -389,6 +392,16 @@ func TestConcurrentCreates(t *testing.T) {
 	next, err := l.client.GetNextID(ctx, ptr(proxmox.GuestID(100)))
 	if err != nil || next != 106 {
 		t.Errorf("GetNextID(100) = %d, %v; want 106", next, err)
+	}
+
+	// A second client that read the same next ID loses the race.
+	other := l.newClient(t, pve.DefaultTokenID, pve.DefaultTokenSecret)
+	if _, err := other.PostWithTask(ctx, map[string]any{"vmid": 106, "name": "x"}, "/nodes/pve1/qemu"); err != nil {
+		t.Fatalf("creating 106: %v", err)
+	}
+	_, err = l.client.PostWithTask(ctx, map[string]any{"vmid": 106, "name": "y"}, "/nodes/pve2/qemu")
+	if err == nil || !strings.Contains(err.Error(), "unable to create VM 106 - VM 106 already exists on node 'pve1'") {
+		t.Errorf("colliding create = %v", err)
 	}
 }
 
