@@ -8,17 +8,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"path"
 	"strings"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
+	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -155,28 +154,20 @@ func (c *Client) Kubeconfig(ctx context.Context, node string) ([]byte, error) {
 	return data, nil
 }
 
-// ConfigPath is where a Talos node keeps its running machine config: the
-// file config.yaml on the STATE partition.
-var ConfigPath = path.Join(constants.StateMountPoint, constants.ConfigFilename)
-
-// MaxConfigSize bounds a machine config read from a node.
-const MaxConfigSize = 4 << 20
-
-// RunningConfig reads the machine config a node runs with.
+// RunningConfig reads the machine config a node runs with: the COSI
+// resource MachineConfigs.config.talos.dev, id v1alpha1 (the active
+// config), which the Talos API serves to os:admin. (Talos 1.12 and later
+// keep the STATE partition unmounted, so the file cannot be read.)
 func (c *Client) RunningConfig(ctx context.Context, node string) ([]byte, error) {
 	ctx, cancel := call(ctx, node)
 	defer cancel()
-	r, err := c.c.Read(ctx, ConfigPath)
+	mc, err := safe.StateGetByID[*configres.MachineConfig](ctx, c.c.COSI, configres.ActiveID)
 	if err != nil {
 		return nil, fmt.Errorf("reading the machine config of %s: %w", node, err)
 	}
-	defer r.Close()
-	data, err := io.ReadAll(io.LimitReader(r, MaxConfigSize+1))
+	data, err := mc.Provider().Bytes()
 	if err != nil {
-		return nil, fmt.Errorf("reading the machine config of %s: %w", node, err)
-	}
-	if len(data) > MaxConfigSize {
-		return nil, fmt.Errorf("reading the machine config of %s: larger than %d bytes", node, MaxConfigSize)
+		return nil, fmt.Errorf("encoding the machine config of %s: %w", node, err)
 	}
 	return data, nil
 }
