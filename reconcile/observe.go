@@ -59,6 +59,13 @@ type NodeFacts struct {
 	Unknown string
 	// Version is the Talos version the node runs, such as v1.13.2.
 	Version string
+	// Maintenance is set when the node runs without a machine config
+	// (maintenance mode): it answered only without the cluster's
+	// credentials.
+	Maintenance bool
+	// Installer is the installer image of the running config (its
+	// schematic and version), empty when unknown.
+	Installer string
 	// Config is the machine config the node runs with; nil when unknown,
 	// and then ConfigUnknown says why.
 	Config        []byte
@@ -237,12 +244,18 @@ func nodeFacts(ctx context.Context, tc *talos.Client, addr string, cp bool) Node
 	f := NodeFacts{Address: addr}
 	v, err := tc.Version(ctx, addr)
 	if err != nil {
+		if mv, merr := talos.MaintenanceVersion(ctx, addr); merr == nil {
+			f.Version, f.Maintenance = mv, true
+			return f
+		}
 		f.Unknown = err.Error()
 		return f
 	}
 	f.Version = v
 	if f.Config, err = tc.RunningConfig(ctx, addr); err != nil {
 		f.Config, f.ConfigUnknown = nil, err.Error()
+	} else if cfg, err := machineconfig.Parse(f.Config); err == nil && cfg.Machine() != nil {
+		f.Installer = cfg.Machine().Install().Image()
 	}
 	if cp {
 		if s, ok, err := tc.Service(ctx, addr, "etcd"); err == nil && ok {

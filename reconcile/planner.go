@@ -77,6 +77,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return nil, err
 	}
 	refuseUnreachable(p, obs)
+	refuseMaintenance(p, obs)
 
 	if err := add(plan.PhaseImage); err != nil {
 		return nil, err
@@ -339,6 +340,17 @@ func refuseUnreachable(p *plan.Plan, obs *Observation) {
 	}
 	p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "kubernetes-api"},
 		"the cluster was bootstrapped but its Kubernetes API does not answer ("+obs.Kube.Unknown+"): converge will not create machines, bootstrap or check health; investigate the cluster and run again")
+}
+
+// refuseMaintenance refuses nodes that run without their machine config:
+// they never read it, and giving it to them is not supported yet.
+func refuseMaintenance(p *plan.Plan, obs *Observation) {
+	for _, h := range sortedKeys(obs.Nodes) {
+		if n := obs.Nodes[h]; n.Maintenance {
+			p.Refuse(plan.Resource{Kind: plan.KindMachine, Name: h},
+				fmt.Sprintf("%s (%s) runs Talos %s in maintenance mode: it never read its machine config (check its config ISO); applying a config to a node in maintenance mode is not supported yet", h, n.Address, n.Version))
+		}
+	}
 }
 
 // unhealthy says why the observed cluster is not healthy, "" when it is or

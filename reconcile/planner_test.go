@@ -186,6 +186,10 @@ func TestRefusals(t *testing.T) {
 		{"scale-down", func(w *reconcile.Desired, _ *reconcile.Observation) { w.Machines = w.Machines[:len(w.Machines)-1] }, "scale-down"},
 		{"rename", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.TalosconfigContext = "other" }, "renaming a cluster is not supported"},
 		{"identity lost", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.Secrets = false }, "restore talossecrets.yaml from backup"},
+		{"maintenance mode", func(w *reconcile.Desired, o *reconcile.Observation) {
+			h := w.Machines[len(w.Machines)-1].Hostname
+			o.Nodes[h] = reconcile.NodeFacts{Address: o.Nodes[h].Address, Version: "v1.13.8", Maintenance: true}
+		}, "maintenance mode: it never read its machine config"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ package talos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -78,6 +79,20 @@ func Dial(ctx context.Context, cluster string, bundle *secrets.Bundle, endpoints
 		return nil, err
 	}
 	return New(ctx, data)
+}
+
+// MaintenanceVersion asks a node that does not accept the cluster's
+// credentials whether it is in maintenance mode: a node that never got its
+// machine config serves a self-signed certificate and answers Version
+// without a client certificate. It returns the node's Talos version then.
+func MaintenanceVersion(ctx context.Context, node string) (string, error) {
+	c, err := client.New(ctx, client.WithEndpoints(node),
+		client.WithTLSConfig(&tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12})) //nolint:gosec // maintenance mode has no identity to verify; only its version is read
+	if err != nil {
+		return "", fmt.Errorf("connecting to %s in maintenance mode: %w", node, err)
+	}
+	defer c.Close()
+	return (&Client{c: c}).Version(ctx, node)
 }
 
 // Close releases the connections.
