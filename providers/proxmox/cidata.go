@@ -3,7 +3,6 @@ package proxmox
 import (
 	"bytes"
 	"fmt"
-	"io"
 
 	"github.com/kdomanski/iso9660"
 )
@@ -30,33 +29,4 @@ func CIDataISO(hostname string, userData []byte) ([]byte, error) {
 		return nil, fmt.Errorf("building the config ISO of %s: %w", hostname, err)
 	}
 	return buf.Bytes(), nil
-}
-
-// ReadCIData returns the user-data of a NoCloud config ISO.
-func ReadCIData(iso []byte) ([]byte, error) {
-	img, err := iso9660.OpenImage(bytes.NewReader(iso))
-	if err != nil {
-		return nil, fmt.Errorf("reading the config ISO: %w", err)
-	}
-	label, err := img.Label()
-	if err != nil {
-		return nil, fmt.Errorf("reading the config ISO label: %w", err)
-	}
-	if label != cidataLabel && label != "CIDATA" {
-		return nil, fmt.Errorf("reading the config ISO: label %q is not cidata", label)
-	}
-	root, err := img.RootDir()
-	if err != nil {
-		return nil, fmt.Errorf("reading the config ISO: %w", err)
-	}
-	children, err := root.GetChildren()
-	if err != nil {
-		return nil, fmt.Errorf("reading the config ISO: %w", err)
-	}
-	for _, c := range children {
-		if c.Name() == "user-data" {
-			return io.ReadAll(c.Reader())
-		}
-	}
-	return nil, fmt.Errorf("reading the config ISO: no user-data file")
 }
