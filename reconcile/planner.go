@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -309,7 +310,7 @@ func refuseConfigs(p *plan.Plan, want *Desired, obs *Observation) error {
 	for _, m := range want.Machines {
 		n, ok := obs.Nodes[m.Hostname]
 		desired := want.Configs[m.Hostname]
-		if !ok || n.Config == nil || desired == nil {
+		if !ok || n.Config == nil || desired == nil || bytes.Equal(n.Config, desired) {
 			continue
 		}
 		diff, err := machineconfig.DiffBytes(n.Config, desired)

@@ -34,7 +34,7 @@ func (fakeInfra) Apply(context.Context, *reconcile.Desired, plan.Change) error {
 
 // converged returns the desired state of the bridge example and the
 // observation of that cluster converged and healthy.
-func converged(t *testing.T) (*reconcile.Desired, *reconcile.Observation) {
+func converged(t testing.TB) (*reconcile.Desired, *reconcile.Observation) {
 	t.Helper()
 	c, _, err := spec.Load(filepath.Join("..", "examples", "proxmox-bridge"), spec.Options{})
 	if err != nil {
@@ -63,7 +63,7 @@ func converged(t *testing.T) (*reconcile.Desired, *reconcile.Observation) {
 	return want, obs
 }
 
-func planOf(t *testing.T, want *reconcile.Desired, obs *reconcile.Observation) *plan.Plan {
+func planOf(t testing.TB, want *reconcile.Desired, obs *reconcile.Observation) *plan.Plan {
 	t.Helper()
 	p, err := reconcile.Plan(want, obs, fakeInfra{}, nil)
 	if err != nil {
@@ -211,5 +211,46 @@ func TestUnhealthyClusterGetsAHealthGate(t *testing.T) {
 	p := planOf(t, want, obs)
 	if p.Empty() || p.Counts().Wait != 1 || !strings.Contains(p.Changes[len(p.Changes)-1].Reason, "not a Ready node") {
 		t.Fatalf("plan of a cluster with a NotReady node: %s %+v", p.Summary(), p.Changes)
+	}
+}
+
+// BenchmarkPlanConverged measures the planner alone (no I/O) on the
+// observation of a converged five-machine cluster.
+func BenchmarkPlanConverged(b *testing.B) {
+	want, obs := converged(b)
+	for b.Loop() {
+		planOf(b, want, obs)
+	}
+}
+
+// BenchmarkPlanConvergedWithConfigs adds the comparison of every node's
+// running machine config with its desired one, the costly part of a live
+// plan.
+func BenchmarkPlanConvergedWithConfigs(b *testing.B) {
+	want, obs := converged(b)
+	bundle, err := machineconfig.NewSecrets(want.Cluster.Talos.Version)
+	if err != nil {
+		b.Fatal(err)
+	}
+	endpoint, vip := reconcile.Endpoint(want.Cluster)
+	in := machineconfig.Input{Cluster: want.Cluster, Secrets: bundle, Endpoint: endpoint, VIP: vip}
+	for _, m := range want.Machines {
+		cfg, err := machineconfig.Generate(in, m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		data, err := machineconfig.Encode(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		want.Configs[m.Hostname] = data
+		n := obs.Nodes[m.Hostname]
+		n.Config = data
+		obs.Nodes[m.Hostname] = n
+	}
+	for b.Loop() {
+		if p := planOf(b, want, obs); !p.Empty() {
+			b.Fatalf("plan of a converged cluster: %s", p.Summary())
+		}
 	}
 }
