@@ -16,7 +16,7 @@ import (
 var controlEndpoints = map[string]string{
 	"GET /lab/v1/world":    "everything below in one answer",
 	"GET /lab/v1/vms":      "the Proxmox VMs: id, name, node, pool, power, tags, size, firewall",
-	"GET /lab/v1/nodes":    "the simulated Talos nodes: address, hostname, cluster, role, version, mode",
+	"GET /lab/v1/nodes":    "the simulated Talos nodes: address, hostname, cluster, role, version, mode, held VIPs",
 	"GET /lab/v1/clusters": "each cluster: bootstrapped, etcd members, Kubernetes version, API and nodes",
 	"GET /lab/v1/log":      "the ordered operation log of every emulator",
 	"POST /lab/v1/faults":  "inject a fault: JSON {kind, op, n, status, warnings, millis, addr, cluster}",
@@ -90,6 +90,8 @@ type NodeView struct {
 	Version  string `json:"version"`
 	Mode     string `json:"mode"`
 	Up       bool   `json:"up"`
+	// VIPs are the Layer-2 VIPs the node holds now.
+	VIPs []string `json:"vips,omitempty"`
 }
 
 // ClusterView is one cluster's etcd and Kubernetes state.
@@ -117,8 +119,12 @@ func (l *Lab) World() WorldView {
 			Cores: vm.Cores, MemoryMB: vm.MemoryMB, Firewall: vm.FirewallOptions["enable"] == "1", Rules: len(vm.FirewallRules)})
 	}
 	for _, n := range l.Talos.Nodes() {
-		v.Nodes = append(v.Nodes, NodeView{Addr: n.Addr.String(), Hostname: n.Hostname, Cluster: n.Cluster, Role: string(n.Role),
-			Version: n.Version, Mode: string(n.Mode), Up: n.Up})
+		nv := NodeView{Addr: n.Addr.String(), Hostname: n.Hostname, Cluster: n.Cluster, Role: string(n.Role),
+			Version: n.Version, Mode: string(n.Mode), Up: n.Up}
+		for _, vip := range n.VIPs {
+			nv.VIPs = append(nv.VIPs, vip.String())
+		}
+		v.Nodes = append(v.Nodes, nv)
 	}
 	for _, c := range l.Talos.Clusters() {
 		cv := ClusterView{Name: c.Name, Bootstrapped: c.Bootstrapped, EtcdMembers: []string{}, KubeNodes: []KubeNodeView{}}

@@ -18,7 +18,6 @@ import (
 	"github.com/taloscluster/taloscluster/lab/labca"
 	"github.com/taloscluster/taloscluster/lab/pve"
 	"github.com/taloscluster/taloscluster/lab/talos"
-	"github.com/taloscluster/taloscluster/providers/proxmox"
 )
 
 // Options configure a Lab. Zero values take small defaults, so tests are
@@ -35,11 +34,59 @@ type Options struct {
 	Listen netip.Addr
 	// TaskDuration is how long a Proxmox task runs.
 	TaskDuration time.Duration
+	// StatsInterval is how late /cluster/resources reports a VM's name and
+	// power state (pvestatd's broadcast). Zero means 10 s, as on Proxmox
+	// VE; a negative value reports them live, a leniency for tests of the
+	// lab itself.
+	StatsInterval time.Duration
 	// BootDelay, InstallDelay and RebootDelay shape the Talos nodes.
 	BootDelay, InstallDelay, RebootDelay time.Duration
 	// ReadyDelay is how long a registered Kubernetes node stays NotReady.
 	ReadyDelay time.Duration
-	Logger     *slog.Logger
+	// OnFatal, when set, is told when the running lab cannot serve an
+	// address it needs: a node's Talos API (the node stays off after a
+	// second of retries) or a bootstrapped cluster's Kubernetes API at its
+	// endpoint (the cluster has none). err is a *ListenError. The lab goes
+	// on without that endpoint; stopping is the caller's choice. OnFatal is
+	// called from the lab's own goroutines, possibly concurrently, and
+	// must not block.
+	OnFatal func(err error)
+	Logger  *slog.Logger
+}
+
+// ListenError is an address the running lab needed and could not listen
+// on, for Options.OnFatal.
+type ListenError struct {
+	// Addr is the address with its port, such as 127.42.0.100:50000.
+	Addr netip.AddrPort
+	// What is what the address serves, such as "the Talos API of node
+	// 127.42.0.100" or "the Kubernetes API of cluster demo".
+	What string
+	// Err is the listener's error.
+	Err error
+}
+
+func (e *ListenError) Error() string {
+	return fmt.Sprintf("listening on %s for %s: %v", e.Addr, e.What, e.Err)
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
+// fatal reports err to Options.OnFatal.
+func (l *Lab) fatal(err error) {
+	if l.opts.OnFatal != nil {
+		l.opts.OnFatal(err)
+	}
+}
+
+func (o Options) statsInterval() time.Duration {
+	switch {
+	case o.StatsInterval < 0:
+		return 0
+	case o.StatsInterval == 0:
+		return 10 * time.Second
+	}
+	return o.StatsInterval
 }
 
 // Lab is a running simulated datacenter: a Proxmox VE cluster whose VMs
@@ -65,6 +112,7 @@ type Lab struct {
 	kubes  map[string]*kube.Server // by cluster name
 	leases map[string]netip.Addr   // by MAC
 	vmAddr map[int]netip.Addr      // by VM id, while powered
+	vmNode map[int]netip.Addr      // by VM id, from its first power-on until it is deleted
 	events []Event
 }
 
@@ -98,11 +146,15 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lab{opts: o, log: o.Logger, CA: ca, kubes: map[string]*kube.Server{}, leases: map[string]netip.Addr{}, vmAddr: map[int]netip.Addr{},
+	l := &Lab{opts: o, log: o.Logger, CA: ca, kubes: map[string]*kube.Server{}, leases: map[string]netip.Addr{}, vmAddr: map[int]netip.Addr{}, vmNode: map[int]netip.Addr{},
 		TokenID: pve.DefaultTokenID, TokenSecret: pve.DefaultTokenSecret}
 	l.Talos = talos.NewWorld(talos.Options{
 		BootDelay: o.BootDelay, InstallDelay: o.InstallDelay, RebootDelay: o.RebootDelay,
 		Hooks: (*talosHooks)(l), Logger: o.Logger,
+		OnListenError: func(addr netip.Addr, err error) {
+			l.event("api-failed", addr.String(), err.Error())
+			l.fatal(&ListenError{Addr: netip.AddrPortFrom(addr, talos.APIPort), What: "the Talos API of node " + addr.String(), Err: err})
+		},
 	})
 	bridges := make([]string, 0, len(o.Bridges))
 	for b := range o.Bridges {
@@ -110,7 +162,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	}
 	slices.Sort(bridges)
 	l.PVE = pve.New(pve.Options{
-		Nodes: o.Nodes, TokenID: l.TokenID, TokenSecret: l.TokenSecret, TaskDuration: o.TaskDuration,
+		Nodes: o.Nodes, TokenID: l.TokenID, TokenSecret: l.TokenSecret, TaskDuration: o.TaskDuration, StatsInterval: o.statsInterval(),
 		Machines: (*machineHooks)(l), Bridges: bridges, DatacenterFirewall: true, Logger: o.Logger,
 	})
 	l.Factory = factory.New()
@@ -244,17 +296,33 @@ func (h *machineHooks) PowerOn(vm pve.VM) {
 		l.event("boot-failed", vm.Name, err.Error())
 		return
 	}
-	var userData []byte
-	var bootImage string
+	l.mu.Lock()
+	l.vmNode[vm.ID] = addr
+	l.mu.Unlock()
+	// Talos's nocloud platform reads its config from the CD labelled
+	// cidata or CIDATA; without user-data on it, the node boots into
+	// maintenance mode. A config disk it cannot read stalls the boot.
+	var (
+		userData   []byte
+		configDisk bool
+		bootImage  string
+	)
 	for _, slot := range sortedSlots(vm.CDROMs) {
 		volid := vm.CDROMs[slot]
 		data, err := vm.ReadVolume(volid)
 		if err != nil {
 			continue
 		}
-		if ud, err := proxmox.ReadCIData(data); err == nil {
-			userData = ud
-		} else if strings.Contains(volid, "talos-") {
+		cd, err := talos.ReadNoCloudISO(data)
+		switch {
+		case err == nil:
+			if !configDisk {
+				userData, configDisk = cd.UserData, true
+			}
+		case !errors.Is(err, talos.ErrNotConfigDisk):
+			l.event("boot-failed", vm.Name, fmt.Sprintf("reading the config disk %s: %v", volid, err))
+			return
+		case strings.Contains(volid, "talos-"):
 			bootImage = volid
 		}
 	}
@@ -285,7 +353,10 @@ func sortedSlots(m map[string]string) []string {
 	return out
 }
 
-// PowerOff stops the VM's node; a deleted VM's disk is gone with it.
+// machineHooks reports deletions apart from power-offs.
+var _ pve.Deletions = (*machineHooks)(nil)
+
+// PowerOff stops the VM's node; its disk stays.
 func (h *machineHooks) PowerOff(vmid int) {
 	l := h.lab()
 	l.mu.Lock()
@@ -295,24 +366,44 @@ func (h *machineHooks) PowerOff(vmid int) {
 	if !ok {
 		return
 	}
-	deleted := !slices.ContainsFunc(l.PVE.VMs(), func(v pve.VMState) bool { return v.ID == vmid })
-	if deleted {
-		_ = l.Talos.Destroy(addr)
-		l.mu.Lock()
+	_ = l.Talos.PowerOff(addr)
+	l.event("power-off", fmt.Sprint(vmid), addr.String())
+}
+
+// Deleted (pve.Deletions) forgets a deleted VM's machine: its Talos node
+// goes with its disk (installed system, machine config, etcd data) and its
+// address lease, so that a new VM, even with the same name, ID and MAC,
+// boots as a new machine from its own config ISO. The etcd member the node had stays in its
+// cluster, as when a real machine is deleted: only another member removes
+// it (or a control plane of the same hostname joining, as Talos does).
+func (h *machineHooks) Deleted(vmid int) {
+	l := h.lab()
+	l.mu.Lock()
+	addr, ok := l.vmNode[vmid]
+	delete(l.vmNode, vmid)
+	delete(l.vmAddr, vmid)
+	if ok {
 		for mac, a := range l.leases {
 			if a == addr {
 				delete(l.leases, mac)
 			}
 		}
-		l.mu.Unlock()
-		l.event("destroyed", fmt.Sprint(vmid), addr.String())
+	}
+	l.mu.Unlock()
+	if !ok {
 		return
 	}
-	_ = l.Talos.PowerOff(addr)
-	l.event("power-off", fmt.Sprint(vmid), addr.String())
+	if err := l.Talos.Destroy(addr); err != nil && !errors.Is(err, talos.ErrUnknownNode) {
+		l.event("destroy-failed", fmt.Sprint(vmid), err.Error())
+		return
+	}
+	l.event("destroyed", fmt.Sprint(vmid), addr.String())
 }
 
-// Addresses is the guest agent's answer: the lease, once the node is up.
+// Addresses is the guest agent's answer once the node is up: the lease
+// with its bridge network's prefix, then each Layer-2 VIP the node holds
+// now (Talos elects one holder per VIP) with a full-length prefix, as
+// Talos's VIP operator assigns it.
 func (h *machineHooks) Addresses(vmid int) []netip.Prefix {
 	l := h.lab()
 	l.mu.Lock()
@@ -331,7 +422,11 @@ func (h *machineHooks) Addresses(vmid int) []netip.Prefix {
 			bits = p.Bits()
 		}
 	}
-	return []netip.Prefix{netip.PrefixFrom(addr, bits)}
+	out := []netip.Prefix{netip.PrefixFrom(addr, bits)}
+	for _, vip := range st.VIPs {
+		out = append(out, netip.PrefixFrom(vip, vip.BitLen()))
+	}
+	return out
 }
 
 // talosHooks starts each cluster's Kubernetes API and registers its nodes.
@@ -353,17 +448,25 @@ func (h *talosHooks) Bootstrapped(c talos.Cluster) {
 	}
 	k, err := kube.New(kube.Options{CACert: c.KubernetesCA.Cert, CAKey: c.KubernetesCA.Key, Addr: addr,
 		Version: c.KubernetesVersion, ReadyDelay: l.opts.ReadyDelay, Logger: l.log})
-	if err == nil {
-		err = k.Start(context.Background())
-	}
 	if err != nil {
 		l.event("kube-failed", c.Name, err.Error())
 		return
 	}
+	// A cluster of the same name had an API before: it goes first, as it
+	// may hold the address.
 	l.mu.Lock()
-	if old, ok := l.kubes[c.Name]; ok {
+	old, ok := l.kubes[c.Name]
+	delete(l.kubes, c.Name)
+	l.mu.Unlock()
+	if ok {
 		_ = old.Close()
 	}
+	if err := k.Start(context.Background()); err != nil {
+		l.event("kube-failed", c.Name, err.Error())
+		l.fatal(&ListenError{Addr: addr, What: "the Kubernetes API of cluster " + c.Name, Err: err})
+		return
+	}
+	l.mu.Lock()
 	l.kubes[c.Name] = k
 	l.mu.Unlock()
 	l.event("bootstrapped", c.Name, "Kubernetes "+c.KubernetesVersion+" API at "+addr.String())

@@ -119,8 +119,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	log := slog.New(newListenWatch(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}),
-		func(e *listenError) { cancel(e) }))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	nets, err := reserve(subnets, candidateBlocks(), log)
 	if err != nil {
@@ -128,7 +127,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer nets.release()
 	l, err := lab.Start(ctx, lab.Options{Bridges: nets.nets, TaskDuration: -1, BootDelay: *boot, InstallDelay: *install,
-		RebootDelay: *reboot, ReadyDelay: *ready, Logger: log})
+		RebootDelay: *reboot, ReadyDelay: *ready, Logger: log, OnFatal: func(err error) { cancel(err) }})
 	if err != nil {
 		return err
 	}
@@ -156,9 +155,9 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "networks: %s\n", describeNets(nets))
 	fmt.Fprintf(stdout, "source %s for the endpoints; cluster directories are in %s\n", filepath.Join(*dir, "lab.env"), filepath.Join(*dir, "examples"))
 	<-ctx.Done()
-	var lerr *listenError
+	var lerr *lab.ListenError
 	if errors.As(context.Cause(ctx), &lerr) {
-		return lerr
+		return &listenError{addr: lerr.Addr.String(), what: lerr.What, err: lerr.Err.Error()}
 	}
 	fmt.Fprintln(stdout, "taloslab is shutting down")
 	return nil

@@ -372,20 +372,6 @@ func TestSubnetFlag(t *testing.T) {
 	}
 }
 
-func TestListenWatch(t *testing.T) {
-	t.Parallel()
-	var got []*listenError
-	log := slog.New(newListenWatch(slog.DiscardHandler, func(e *listenError) { got = append(got, e) }))
-	log.Info("lab event", "what", "power-on", "subject", "vm", "detail", "listening on nothing")
-	log.Error("node api did not start", "node", netip.MustParseAddr("127.9.0.100"), "err", errors.New("machine config of 127.9.0.100 has no machine CA"))
-	log.Info("lab event", "what", "kube-failed", "subject", "demo",
-		"detail", "listening on 127.9.0.5:6443: listen tcp 127.9.0.5:6443: bind: address already in use")
-	log.Error("node api did not start", "node", netip.MustParseAddr("127.9.0.100"), "err", errors.New("listening on 127.9.0.100: bind"))
-	if len(got) != 1 || got[0].addr != "127.9.0.5:6443" || !strings.Contains(got[0].Error(), "cluster demo") {
-		t.Fatalf("reported %+v, want one failure at 127.9.0.5:6443", got)
-	}
-}
-
 // TestControlAPIGitHubFaults injects the forge's faults through the
 // control API and sees go-github's view of them.
 func TestControlAPIGitHubFaults(t *testing.T) {

@@ -8,14 +8,15 @@ import (
 // MachineHooks lets the lab turn a started VM into a simulated machine (for
 // example a Talos node booting from the VM's ISO).
 //
-// PowerOn and PowerOff are called from one goroutine, in the order the VMs
-// changed state, after the change; a reboot or reset calls PowerOff then
-// PowerOn. The hooks run without the server's lock held, so they may call the
-// Server.
+// PowerOn and PowerOff (and Deleted, see Deletions) are called from one
+// goroutine, in the order the VMs changed state, after the change; a reboot
+// or reset calls PowerOff then PowerOn. The hooks run without the server's
+// lock held, so they may call the Server.
 type MachineHooks interface {
 	// PowerOn is called when a VM starts.
 	PowerOn(vm VM)
-	// PowerOff is called when a VM stops or is deleted.
+	// PowerOff is called when a VM stops, and when it is deleted unless the
+	// hooks implement Deletions.
 	PowerOff(vmid int)
 	// Addresses returns every address the VM's guest holds at the moment
 	// of the call, for the guest agent's network-get-interfaces (it is
@@ -41,6 +42,16 @@ type MachineHooks interface {
 // non-empty for the agent to answer.
 type InterfaceAddresses interface {
 	InterfaceAddresses(vmid int) map[string][]netip.Prefix
+}
+
+// Deletions is an optional extension of MachineHooks: when the hooks
+// implement it, a deleted VM is reported with Deleted instead of PowerOff,
+// so that a VM ID Proxmox hands out again is never mistaken for the old VM.
+// Deleted is called in order with the power events, once the destroy task
+// removed the VM with its disks (a VM is stopped, and reported so, before
+// it can be deleted).
+type Deletions interface {
+	Deleted(vmid int)
 }
 
 // VM describes a VM to MachineHooks.PowerOn. Slices and maps are copies.
@@ -69,9 +80,10 @@ type VM struct {
 }
 
 type hookEvent struct {
-	on   bool
-	vm   VM
-	vmid int
+	on      bool
+	deleted bool
+	vm      VM
+	vmid    int
 }
 
 // hookQueue delivers power events in order from a single goroutine that
@@ -107,9 +119,13 @@ func (q *hookQueue) run() {
 		e := q.queue[0]
 		q.queue = q.queue[1:]
 		q.mu.Unlock()
-		if e.on {
+		d, hasDeletions := q.h.(Deletions)
+		switch {
+		case e.on:
 			q.h.PowerOn(e.vm)
-		} else {
+		case e.deleted && hasDeletions:
+			d.Deleted(e.vmid)
+		default:
 			q.h.PowerOff(e.vmid)
 		}
 	}

@@ -787,6 +787,7 @@ func skiplockErr(q url.Values) error {
 func (s *Server) taskVM(nodeName string, vmid int) (*vm, error) {
 	g, ok := s.vms[vmid]
 	if !ok || g.node != nodeName {
+		//lint:ignore ST1005 Proxmox's own message, word for word
 		return nil, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", nodeName, vmid)
 	}
 	return g, nil
@@ -1380,7 +1381,7 @@ func (s *Server) deleteVM(r *http.Request) (any, error) {
 			}
 		}
 		delete(s.vms, g.id)
-		s.hooks.push(hookEvent{vmid: g.id})
+		s.hooks.push(hookEvent{vmid: g.id, deleted: true})
 		t.logf("destroyed VM %d", g.id)
 		return nil
 	}

@@ -140,11 +140,14 @@ func (machineServer) ApplyConfiguration(ctx context.Context, req *machine.ApplyC
 		details += fmt.Sprintf("\nThe config is applied in 'try' mode and will be automatically reverted back in %s", tryTimeout(req.GetTryModeTimeout().AsDuration()))
 	case mode == machine.ApplyConfigurationRequest_NO_REBOOT:
 		n.persisted = cfg
+		n.persistentConfig = setConfig(n.persistentConfig, cfg)
 		w.applyLive(n, cfg)
 	case mode == machine.ApplyConfigurationRequest_STAGED:
 		n.persisted = cfg
+		n.persistentConfig = setConfig(n.persistentConfig, cfg)
 	case mode == machine.ApplyConfigurationRequest_REBOOT:
 		n.persisted = cfg
+		n.persistentConfig = setConfig(n.persistentConfig, cfg)
 		n.applyRebooting = true
 		w.later(n, func() { w.reboot(n, 0) })
 	}
@@ -169,6 +172,7 @@ func tryTimeout(d time.Duration) time.Duration {
 // applyLive makes cfg the running config. Called with w.mu held.
 func (w *World) applyLive(n *node, cfg config.Provider) {
 	n.cfg = cfg
+	n.activeConfig = setConfig(n.activeConfig, cfg)
 
 	if cl := w.clusterFor(cfg); cl != n.cluster {
 		n.cluster = cl

@@ -31,6 +31,11 @@ type cluster struct {
 	bootstraps   int
 	members      []*member
 	leader       uint64
+
+	// vips are the etcd elections Talos's VIP operator campaigns in, one
+	// per shared IP: the campaigning nodes in the order they joined. The
+	// first holds the IP.
+	vips map[netip.Addr][]*node
 }
 
 type member struct {
@@ -206,6 +211,12 @@ func (w *World) canRemove(c *cluster, id uint64) error {
 // removeMember removes a member canRemove accepted. A node still running
 // on that member's data sees its etcd fail.
 func (w *World) removeMember(c *cluster, id uint64) {
+	w.dropMember(c, id)
+	w.settle(c)
+}
+
+// dropMember is removeMember without settling the cluster afterwards.
+func (w *World) dropMember(c *cluster, id uint64) {
 	c.members = slices.DeleteFunc(c.members, func(m *member) bool { return m.id == id })
 
 	for _, n := range w.nodes {
@@ -215,16 +226,45 @@ func (w *World) removeMember(c *cluster, id uint64) {
 	}
 
 	w.log.Info("etcd member removed", "cluster", c.name, "member", id)
-	w.settle(c)
+}
+
+// replaceNamesake removes the members named like n before n joins, as
+// Talos does when a control plane with an empty etcd data directory joins
+// (it assumes control-plane hostnames are unique): the member a deleted or
+// wiped machine of the same hostname left behind goes. It reports false
+// when etcd refuses a removal; the join is then retried later, like
+// Talos's join retries.
+func (w *World) replaceNamesake(c *cluster, n *node) bool {
+	name := n.hostname()
+
+	for _, m := range slices.Clone(c.members) {
+		if m.name != name {
+			continue
+		}
+
+		if err := w.canRemove(c, m.id); err != nil {
+			w.log.Info("etcd join: removing the member of the same name failed", "cluster", c.name, "node", n.addr, "member", m.id, "err", err)
+
+			return false
+		}
+
+		w.dropMember(c, m.id)
+		w.elect(c)
+	}
+
+	return true
 }
 
 // settle brings c to rest after a change: elects an etcd leader, lets
-// ready control planes without etcd data join, and registers ready nodes'
-// kubelets once the cluster is bootstrapped.
+// ready control planes without etcd data join, registers ready nodes'
+// kubelets once the cluster is bootstrapped, and settles who holds the
+// cluster's shared IPs.
 func (w *World) settle(c *cluster) {
 	if c == nil {
 		return
 	}
+
+	defer w.electVIPs(c)
 
 	w.elect(c)
 
@@ -234,6 +274,10 @@ func (w *World) settle(c *cluster) {
 
 	for _, n := range w.nodesOf(c) {
 		if !n.runningReady() || !n.controlPlane() || n.etcdData || n.etcdStopped {
+			continue
+		}
+
+		if !w.quorum(c) || !w.replaceNamesake(c, n) {
 			continue
 		}
 
@@ -284,6 +328,105 @@ func (w *World) elect(c *cluster) {
 			return
 		}
 	}
+}
+
+// campaignsForVIP reports whether n's VIP operator campaigns for its shared
+// IPs, after Talos's operator (internal/app/machined/pkg/controllers/
+// network/operator/vip.go): from when the node's etcd service runs healthy
+// and its kubelet lifecycle is up, until etcd stops or the node shuts down.
+func (w *World) campaignsForVIP(n *node) bool {
+	return n.runningReady() && n.controlPlane() && w.etcdService(n).healthy
+}
+
+// electVIPs updates c's VIP elections the way etcd's election does: a node
+// that starts campaigning queues behind the others, a node that stops
+// leaves the queue, and the first in the queue holds the IP. A holder
+// keeps the IP as long as it campaigns.
+func (w *World) electVIPs(c *cluster) {
+	campaigns := map[netip.Addr][]*node{}
+
+	for _, n := range w.nodesOf(c) {
+		if !w.campaignsForVIP(n) {
+			continue
+		}
+
+		for _, vip := range nodeVIPs(n) {
+			campaigns[vip] = append(campaigns[vip], n)
+		}
+	}
+
+	for vip, queue := range c.vips {
+		before := queue[0]
+
+		queue = slices.DeleteFunc(queue, func(n *node) bool { return !slices.Contains(campaigns[vip], n) })
+		if len(queue) == 0 {
+			delete(c.vips, vip)
+			w.log.Info("shared ip released", "cluster", c.name, "vip", vip, "node", before.addr)
+
+			continue
+		}
+
+		c.vips[vip] = queue
+
+		if queue[0] != before {
+			w.log.Info("shared ip moved", "cluster", c.name, "vip", vip, "from", before.addr, "to", queue[0].addr)
+		}
+	}
+
+	for vip, nodes := range campaigns {
+		for _, n := range nodes {
+			if slices.Contains(c.vips[vip], n) {
+				continue
+			}
+
+			if c.vips == nil {
+				c.vips = map[netip.Addr][]*node{}
+			}
+
+			if len(c.vips[vip]) == 0 {
+				w.log.Info("shared ip assigned", "cluster", c.name, "vip", vip, "node", n.addr)
+			}
+
+			c.vips[vip] = append(c.vips[vip], n)
+		}
+	}
+}
+
+// nodeVIPs are the shared IPs of n's config, in document order.
+func nodeVIPs(n *node) []netip.Addr {
+	if n.cfg == nil {
+		return nil
+	}
+
+	var out []netip.Addr
+
+	for _, v := range n.cfg.NetworkVirtualIPConfigs() {
+		if a := v.VIP(); a.IsValid() && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+
+	return out
+}
+
+// heldVIPs returns the shared IPs n holds now, in the order of its config.
+func (w *World) heldVIPs(n *node) []netip.Addr {
+	c := n.cluster
+	if c == nil || n.cfg == nil {
+		return nil
+	}
+
+	w.electVIPs(c)
+
+	var out []netip.Addr
+
+	for _, vip := range nodeVIPs(n) {
+		if q := c.vips[vip]; len(q) > 0 && q[0] == n {
+			out = append(out, vip)
+		}
+	}
+
+	return out
 }
 
 // hookQueue calls Hooks in order from one goroutine.

@@ -11,7 +11,21 @@
 // up configured (mutual TLS against machine.ca, role-based access from the
 // client certificate's organisations). Configured nodes proxy calls to the
 // nodes named in the "node"/"nodes" gRPC metadata like apid does, so a
-// client can reach every node of a cluster through one endpoint.
+// client can reach every node of a cluster through one endpoint ("nodes"
+// only for the services apid fans out: MachineService, ClusterService and
+// the like, not COSI or the image and lifecycle services).
+//
+// Each node also serves the COSI State API (cosi.resource.State, the
+// machinery client's client.COSI) for Get of its machine config: resource
+// MachineConfigs.config.talos.dev in namespace "config", ID "v1alpha1" for
+// the running config and "persistent" for the config written to STATE in
+// the current boot, with metadata as machined's state holds it. The type is
+// sensitive, so only os:admin reads it, as Talos's COSI access policy
+// requires; other resource types and State methods answer Unimplemented.
+//
+// The control planes of a cluster whose configs carry a Layer2VIPConfig
+// elect a holder of each VIP like Talos's VIP operator does through etcd;
+// NodeState.VIPs and World.VIPHolder tell who holds it now.
 //
 // The lifecycle is simulated with short delays: boot, install, reboot,
 // upgrade (to the installer image's version and schematic), reset (graceful
@@ -33,10 +47,23 @@
 //	// ... wait until w.Node(addr) reports Up, then talk to 127.77.1.11:50000
 //	// with client.New(ctx, client.WithConfig(talosconfig), ...).
 //
+// ReadNoCloudISO reads a VM's config ISO the way Talos's nocloud platform
+// finds and reads it (the CD labelled cidata or CIDATA, its user-data), so
+// that the rest of the lab boots nodes from what a real machine would see.
+//
 // Where the simulation simplifies: error texts of etcd and dialling are
 // modelled on the real ones but not byte-exact; streams cannot fan out to
-// several nodes at once; a Kubeconfig is served only after the bootstrap;
+// several nodes at once; nodes have no files, so Read answers NotFound for
+// every path that is not one of the few directories it knows (as real
+// Talos 1.13 does for /system/state/config.yaml, which it never mounts);
 // changes to .machine.install need a reboot (real Talos 1.13 applies them
 // live, for the next upgrade); kubelets register whenever their cluster is
-// bootstrapped, whether or not a control plane is up.
+// bootstrapped, whether or not a control plane is up. A first configured
+// boot is the boot after the install, so the "persistent" MachineConfig is
+// absent in it (a machine booting a preinstalled disk image from user data
+// would have it). COSI resource types the lab does not model answer
+// Unimplemented, where Talos serves them or answers PermissionDenied for an
+// unregistered type. A VIP moves as soon as its holder stops campaigning:
+// Talos waits for the holder's etcd session to expire (up to a minute)
+// when the holder is cut off rather than shut down.
 package talos

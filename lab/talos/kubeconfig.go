@@ -50,9 +50,11 @@ type kubeconfigContext struct {
 	} `yaml:"context"`
 }
 
-// adminKubeconfig is the kubeconfig Talos hands out: the cluster endpoint,
-// the Kubernetes CA, and a client certificate from that CA for
-// cluster.adminKubeconfig's name and organisation (admin, system:masters).
+// adminKubeconfig is the kubeconfig Talos hands out (kubeconfig.GenerateAdmin):
+// the cluster endpoint, the cluster's accepted CAs then its Kubernetes CA as
+// the trusted server CAs, and a client certificate from the Kubernetes CA for
+// cluster.adminKubeconfig's name and organisation (admin, system:masters),
+// as user and context "admin@<cluster>".
 func adminKubeconfig(cfg config.Provider) ([]byte, error) {
 	cc := cfg.Cluster()
 
@@ -83,13 +85,20 @@ func adminKubeconfig(cfg config.Provider) ([]byte, error) {
 	}
 
 	name := cc.Name()
-	user := cn + "@" + name
+	user := "admin@" + name
 	enc := base64.StdEncoding.EncodeToString
+
+	var serverCAs []byte
+	for _, accepted := range cc.AcceptedCAs() {
+		serverCAs = append(serverCAs, accepted.Crt...)
+	}
+
+	serverCAs = append(serverCAs, ca.Crt...)
 
 	var cl kubeconfigCluster
 	cl.Name = name
 	cl.Cluster.Server = cc.Endpoint().String()
-	cl.Cluster.CertificateAuthorityData = enc(ca.Crt)
+	cl.Cluster.CertificateAuthorityData = enc(serverCAs)
 
 	var u kubeconfigUser
 	u.Name = user

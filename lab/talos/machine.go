@@ -270,7 +270,9 @@ func clusterInfo(n *node) Cluster {
 }
 
 // Kubeconfig streams the admin kubeconfig as a tar.gz holding one file,
-// "kubeconfig".
+// "kubeconfig". Like machined, any configured control plane generates it
+// from its machine config, before the bootstrap too; other nodes answer
+// Unimplemented.
 func (machineServer) Kubeconfig(_ *emptypb.Empty, srv machine.MachineService_KubeconfigServer) error {
 	c := callOf(srv.Context())
 	if err := c.lock(); err != nil {
@@ -283,12 +285,6 @@ func (machineServer) Kubeconfig(_ *emptypb.Empty, srv machine.MachineService_Kub
 		c.unlock()
 
 		return err
-	}
-
-	if !n.cluster.bootstrapped {
-		c.unlock()
-
-		return status.Error(codes.FailedPrecondition, "kubeconfig is not available before the cluster is bootstrapped")
 	}
 
 	cfg := n.cfg

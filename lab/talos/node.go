@@ -1,8 +1,10 @@
 package talos
 
 import (
+	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"time"
 
@@ -54,6 +56,11 @@ type node struct {
 	tryGen         uint64
 	events         []event
 	eventsCh       chan struct{} // closed and replaced when an event is added
+
+	// activeConfig and persistentConfig are machined's MachineConfig
+	// resources of this boot (IDs v1alpha1 and persistent); nil when it
+	// has none.
+	activeConfig, persistentConfig *configResource
 
 	faults faults
 }
@@ -228,6 +235,7 @@ func (w *World) bringUp(n *node) {
 	}
 
 	n.cfg = cfg
+	n.activeConfig, n.persistentConfig = nil, nil
 	n.cluster = nil
 	n.ready = false
 	n.etcdStopped = false
@@ -240,6 +248,8 @@ func (w *World) bringUp(n *node) {
 	} else {
 		n.mode = ModeRunning
 		n.cluster = w.clusterFor(cfg)
+		// Loaded from STATE: machined sets the running config only.
+		n.activeConfig = setConfig(nil, cfg)
 	}
 
 	inst, err := w.listen(n)
@@ -252,7 +262,14 @@ func (w *World) bringUp(n *node) {
 			w.log.Error("node api did not start", "node", n.addr, "err", err)
 			n.mode = ModeOff
 			n.cfg = nil
+			n.activeConfig = nil
 			n.cluster = nil
+			n.listenTries = 0
+
+			var opErr *net.OpError
+			if fn := w.opts.OnListenError; fn != nil && errors.As(err, &opErr) {
+				go fn(n.addr, err)
+			}
 
 			return
 		}

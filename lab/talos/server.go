@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	cosiapi "github.com/cosi-project/runtime/api/v1alpha1"
 
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
@@ -105,6 +108,7 @@ func (w *World) listen(n *node) (*instance, error) {
 	machine.RegisterLifecycleServiceServer(inst.srv, lifecycleServer{})
 	machine.RegisterImageServiceServer(inst.srv, imageServer{})
 	clusterapi.RegisterClusterServiceServer(inst.srv, clusterServer{})
+	cosiapi.RegisterStateServer(inst.srv, stateServer{})
 
 	go func() {
 		err := inst.srv.Serve(lis)
@@ -161,6 +165,7 @@ var (
 		"/machine.MachineService/Hostname":           anyReader,
 		"/machine.MachineService/ServiceList":        anyReader,
 		"/machine.MachineService/Events":             anyReader,
+		"/machine.MachineService/Read":               adminOnly,
 		"/machine.MachineService/EtcdMemberList":     etcdReader,
 		"/machine.MachineService/EtcdStatus":         etcdReader,
 		"/machine.MachineService/Reboot":             operator,
@@ -168,6 +173,23 @@ var (
 		"/machine.ImageService/List":                 anyReader,
 		"/machine.ImageService/Pull":                 operator,
 		"/cluster.ClusterService/HealthCheck":        anyReader,
+		// COSI checks each resource type's sensitivity itself (accessPolicy).
+		"/cosi.resource.State/Get":     anyReader,
+		"/cosi.resource.State/List":    anyReader,
+		"/cosi.resource.State/Watch":   anyReader,
+		"/cosi.resource.State/Create":  adminOnly,
+		"/cosi.resource.State/Update":  adminOnly,
+		"/cosi.resource.State/Destroy": adminOnly,
+	}
+
+	// oneToMany are the method prefixes apid proxies to several nodes
+	// ("nodes" metadata); other methods, COSI's among them, take one node.
+	oneToMany = []string{
+		"/machine.MachineService/",
+		"/cluster.ClusterService/",
+		"/inspect.InspectService/",
+		"/storage.StorageService/",
+		"/time.TimeService/",
 	}
 )
 
@@ -237,22 +259,36 @@ func (inst *instance) admit(ctx context.Context, method string) (targets []strin
 	}
 
 	md, _ := metadata.FromIncomingContext(ctx)
+	nodes, okNodes := md["nodes"]
+	node, okNode := md["node"]
 
+	// apid's director (internal/app/apid/pkg/director) routes before
+	// machined authorises.
 	switch {
-	case len(md.Get("nodes")) > 0:
-		targets, multi = md.Get("nodes"), true
-	case len(md.Get("node")) > 0:
-		targets = md.Get("node")[:1]
+	case okNode && len(node) != 1:
+		err = status.Error(codes.InvalidArgument, "node metadata must be single-valued")
+	case okNodes && !slices.ContainsFunc(oneToMany, func(p string) bool { return strings.HasPrefix(method, p) }):
+		err = status.Errorf(codes.InvalidArgument, "one-2-many proxying is not supported for method %s", method)
+	case okNodes:
+		targets, multi = nodes, true
+	case okNode:
+		targets = node
 	default:
 		targets = []string{inst.addr.String()}
 	}
 
-	if !allowed.IncludesAny(roles) {
+	if err == nil && !allowed.IncludesAny(roles) {
+		err = errNotAuthorized
+	}
+
+	if err != nil {
+		st := status.Convert(err)
+
 		inst.w.mu.Lock()
-		inst.w.record(Op{Time: time.Now(), Node: inst.addr, Endpoint: inst.addr, Call: method, Code: codes.PermissionDenied, Err: "not authorized"})
+		inst.w.record(Op{Time: time.Now(), Node: inst.addr, Endpoint: inst.addr, Call: method, Code: st.Code(), Err: st.Message()})
 		inst.w.mu.Unlock()
 
-		return nil, false, roles, errNotAuthorized
+		return nil, false, roles, err
 	}
 
 	return targets, multi, roles, nil

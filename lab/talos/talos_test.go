@@ -1051,9 +1051,16 @@ func TestRebootAndDownNodes(t *testing.T) {
 	})
 
 	t.Run("kubeconfig before bootstrap", func(t *testing.T) {
-		_, err := c.Kubeconfig(t.Context())
-		if code := client.StatusCode(err); code != codes.FailedPrecondition {
-			t.Fatalf("kubeconfig before bootstrap: %v, want FailedPrecondition", err)
+		// machined generates it from the machine config, bootstrapped or not.
+		data, err := c.Kubeconfig(t.Context())
+		if err != nil {
+			t.Fatalf("kubeconfig before bootstrap: %v", err)
+		}
+
+		checkKubeconfig(t, data, tc)
+
+		if cl := w.Clusters(); len(cl) != 1 || cl[0].Bootstrapped {
+			t.Fatalf("the cluster was bootstrapped meanwhile: %+v", cl)
 		}
 	})
 
@@ -1081,6 +1088,16 @@ func TestRebootAndDownNodes(t *testing.T) {
 
 			return nil
 		})
+	})
+
+	t.Run("kubeconfig on a worker", func(t *testing.T) {
+		waitUp(t, w, worker, talos.ModeRunning)
+
+		_, err := c.Kubeconfig(client.WithNode(t.Context(), worker.String()))
+		if code := client.StatusCode(err); code != codes.Unimplemented ||
+			!strings.Contains(err.Error(), "kubeconfig is only available on control plane nodes") {
+			t.Fatalf("kubeconfig on a worker: %v, want Unimplemented", err)
+		}
 	})
 
 	t.Run("reboot", func(t *testing.T) {

@@ -1,10 +1,14 @@
 package talos
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -65,6 +69,12 @@ type Options struct {
 	// registrations. Calls are made in order from one goroutine, never
 	// while the world is locked, so hooks may call back into the World.
 	Hooks Hooks
+	// OnListenError, when set, is called when a node's API cannot listen on
+	// addr:50000 and the node gives up booting, after retrying for a second
+	// in case the previous boot's socket is still closing: the node is then
+	// off (NodeState.Mode ModeOff). err wraps the listener's error. It is
+	// called on a goroutine of its own, never with the world locked.
+	OnListenError func(addr netip.Addr, err error)
 	// Logger receives the world's log; nil discards it.
 	Logger *slog.Logger
 }
@@ -200,6 +210,12 @@ type NodeState struct {
 	EtcdMemberID uint64
 	// Registered reports whether the node's kubelet is registered now.
 	Registered bool
+	// VIPs are the shared IPs (Layer2VIPConfig) the node holds now, as
+	// Talos's VIP operator assigns them: one control plane of the cluster
+	// holds each, elected in etcd among the control planes whose etcd runs
+	// healthy, and keeps it until its etcd stops, it goes down or etcd loses
+	// its majority; then the next campaigner takes it over at once.
+	VIPs []netip.Addr
 }
 
 // ClusterState is a snapshot of one cluster's identity and etcd.
@@ -307,8 +323,9 @@ func BootImage(ref string) BootOption {
 // Boot powers on the machine at addr with the given user data (the machine
 // config on its CIDATA media). The node's API answers on addr:50000 after
 // BootDelay, plus InstallDelay for a first boot from a config. Empty user
-// data boots it into maintenance mode. A machine that was installed before
-// and only powered off boots from its disk and ignores the user data, like
+// data boots it into maintenance mode; gzip-compressed user data is
+// unzipped first, as Talos does. A machine that was installed before and
+// only powered off boots from its disk and ignores the user data, like
 // real Talos. addr must be a loopback address; Boot fails on a node that is
 // already on and on user data that is not a valid machine config.
 func (w *World) Boot(ctx context.Context, addr netip.Addr, userData []byte, opts ...BootOption) error {
@@ -351,7 +368,12 @@ func (w *World) Boot(ctx context.Context, addr netip.Addr, userData []byte, opts
 	delay := w.opts.BootDelay
 
 	if !n.installed && len(userData) > 0 {
-		cfg, err := configloader.NewFromBytes(userData)
+		data, err := unzipUserData(userData)
+		if err != nil {
+			return fmt.Errorf("booting %s: %w", addr, err)
+		}
+
+		cfg, err := configloader.NewFromBytes(data)
 		if err != nil {
 			return fmt.Errorf("booting %s: loading user data: %w", addr, err)
 		}
@@ -373,6 +395,28 @@ func (w *World) Boot(ctx context.Context, addr netip.Addr, userData []byte, opts
 	return nil
 }
 
+// unzipUserData gunzips user data that is a gzip archive, as Talos does
+// with the config it acquires from its platform.
+func unzipUserData(data []byte) ([]byte, error) {
+	if http.DetectContentType(data) != "application/x-gzip" {
+		return data, nil
+	}
+
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("unzipping the user data: %w", err)
+	}
+
+	defer zr.Close() //nolint:errcheck // reading is what can fail
+
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, fmt.Errorf("unzipping the user data: %w", err)
+	}
+
+	return out, nil
+}
+
 // PowerOff cuts the power of the node at addr: its API goes away at once,
 // its disk is kept. Boot powers it on again.
 func (w *World) PowerOff(addr netip.Addr) error {
@@ -389,9 +433,12 @@ func (w *World) PowerOff(addr netip.Addr) error {
 	return nil
 }
 
-// Destroy powers the node at addr off and forgets it with its disk, as when
-// its VM is deleted; the address can then boot a new machine. An etcd member
-// the node had stays in its cluster's membership.
+// Destroy powers the node at addr off and forgets it with its disk
+// (installed system, machine config, etcd data) and its faults, as when its
+// VM is deleted; the address can then boot a new machine. An etcd member
+// the node had stays in its cluster's membership, as a deleted machine does
+// not leave etcd: another member has to remove it, or a new control plane
+// of the same hostname replaces it when it joins, as Talos does.
 func (w *World) Destroy(addr netip.Addr) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -457,7 +504,26 @@ func (w *World) nodeState(n *node) NodeState {
 		s.EtcdMemberID = n.memberID
 	}
 
+	s.VIPs = w.heldVIPs(n)
+
 	return s
+}
+
+// VIPHolder returns the address of the node holding the shared IP vip now;
+// false when no node holds it.
+func (w *World) VIPHolder(vip netip.Addr) (netip.Addr, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	for _, c := range w.clusters {
+		w.electVIPs(c)
+
+		if q := c.vips[vip]; len(q) > 0 {
+			return q[0].addr, true
+		}
+	}
+
+	return netip.Addr{}, false
 }
 
 // Clusters returns every cluster the world has seen a configured node of,

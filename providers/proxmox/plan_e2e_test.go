@@ -240,6 +240,7 @@ func TestEveryKeyIsPlannedOrRefused(t *testing.T) {
 		{"proxmox.iso_storage", "other", "step: create image"},
 		{"proxmox.network.cluster.bridge", "vmbr1", "refused: the cluster NIC would move"},
 		{"proxmox.nodes", "[pve1]", "warning: which proxmox.nodes does not list"},
+		{"proxmox.image_factory", "https://factory.example.org", "refused: the running machine config differs"},
 		{"argocd", "{sync: true}", "warning: the argocd section is validated"},
 	}
 	inert := []struct{ key, value, why string }{
@@ -247,7 +248,6 @@ func TestEveryKeyIsPlannedOrRefused(t *testing.T) {
 		{"proxmox.placement_strategy", "spread", "only places machines that do not exist yet"},
 		{"network.cluster.gateway", w.net.Addr().Next().Next().String(), "on a DHCP-backed Proxmox L2 it only clamps routes when the MTU is above 1500"},
 		{"proxmox.tls_verify", "ca.pem", "how converge talks to Proxmox, not the cluster"},
-		{"proxmox.image_factory", "https://factory.example.org", "where boot ISOs come from; the running nodes keep theirs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {

@@ -257,11 +257,11 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
 			}
 			continue
 		}
-		v := &vm{id: id, node: str(m["node"]), name: name, running: str(m["status"]) == "running", tags: tags}
+		v := &vm{id: id, node: str(m["node"]), name: name, tags: tags}
 		if err := p.observeVM(ctx, v); err != nil {
 			return err
 		}
-		inv.owned[name] = v
+		inv.owned[v.name] = v
 	}
 	return nil
 }
@@ -278,6 +278,17 @@ func (p *Provider) observeVM(ctx context.Context, v *vm) error {
 	for k, val := range raw {
 		v.config[k] = str(val)
 	}
+	// /cluster/resources takes a VM's name and power state from pvestatd,
+	// which reports them up to 10 s late; the config and the VM's own
+	// status are current.
+	if n := v.config["name"]; n != "" {
+		v.name = n
+	}
+	st, err := ref.GetRawGuestStatus(ctx, p.api)
+	if err != nil {
+		return fmt.Errorf("reading the power state of VM %d (%s): %w", v.id, v.name, err)
+	}
+	v.running = st.GetState() == proxmox.PowerStateRunning
 	v.cores, _ = strconv.Atoi(v.config["cores"])
 	v.memoryMB, _ = strconv.Atoi(v.config["memory"])
 	v.storage, v.diskGB = diskOf(v.config["scsi0"])
