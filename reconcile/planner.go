@@ -3,6 +3,7 @@ package reconcile
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -267,7 +268,7 @@ func refuseVersions(p *plan.Plan, want *Desired, obs *Observation) {
 			byVersion[n.Version] = append(byVersion[n.Version], m.Hostname)
 		}
 	}
-	for _, v := range sortedKeys(byVersion) {
+	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
 		hosts := byVersion[v]
 		what := "upgrades are not supported yet"
 		if older(c.Talos.Version, v) {
@@ -346,7 +347,7 @@ func refuseUnreachable(p *plan.Plan, obs *Observation) {
 // refuseMaintenance refuses nodes that run without their machine config:
 // they never read it, and giving it to them is not supported yet.
 func refuseMaintenance(p *plan.Plan, obs *Observation) {
-	for _, h := range sortedKeys(obs.Nodes) {
+	for _, h := range slices.Sorted(maps.Keys(obs.Nodes)) {
 		if n := obs.Nodes[h]; n.Maintenance {
 			p.Refuse(plan.Resource{Kind: plan.KindMachine, Name: h},
 				fmt.Sprintf("%s (%s) runs Talos %s in maintenance mode: it never read its machine config (check its config ISO); applying a config to a node in maintenance mode is not supported yet", h, n.Address, n.Version))
@@ -400,7 +401,7 @@ func unhealthy(want *Desired, obs *Observation) string {
 // warnUnknownNodes says which nodes could not be compared with
 // cluster.yaml, and why.
 func warnUnknownNodes(p *plan.Plan, obs *Observation) {
-	for _, h := range sortedKeys(obs.Nodes) {
+	for _, h := range slices.Sorted(maps.Keys(obs.Nodes)) {
 		n := obs.Nodes[h]
 		switch {
 		case n.Unknown != "":
@@ -409,15 +410,6 @@ func warnUnknownNodes(p *plan.Plan, obs *Observation) {
 			p.Warn(fmt.Sprintf("%s: its running machine config could not be read (%s) and was not compared with cluster.yaml", h, n.ConfigUnknown))
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func pluginNames(c *spec.Cluster) []string {

@@ -3,6 +3,8 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/Telmate/proxmox-api-go/proxmox"
@@ -14,7 +16,7 @@ import (
 // left behind, and then the resource pool. The shared boot ISO stays.
 func (p *Provider) planDestroy(inv *inventory) []plan.Change {
 	var out []plan.Change
-	for _, name := range sortedKeys(inv.owned) {
+	for _, name := range slices.Sorted(maps.Keys(inv.owned)) {
 		v := inv.owned[name]
 		out = append(out, plan.Change{Phase: plan.PhaseDestroy, Domain: plan.DomainProvider, Action: plan.ActionDelete,
 			Resource:   plan.Resource{Kind: plan.KindMachine, Name: name},

@@ -2,6 +2,7 @@ package proxmox
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -247,7 +248,7 @@ func (p *Provider) planImage(want *reconcile.Desired, inv *inventory) ([]plan.Ch
 		nodes[v.node] = true
 	}
 	var missing []string
-	for _, n := range sortedKeys(nodes) {
+	for _, n := range slices.Sorted(maps.Keys(nodes)) {
 		if !inv.isos[n+"/"+p.isoVolume(name)] {
 			missing = append(missing, n)
 		}
@@ -364,7 +365,7 @@ func (p *Provider) planExisting(m machineconfig.Machine, v *vm, desiredRules []f
 	add, del, _ := firewallDiff(v.fwRules, desiredRules)
 	if len(options) > 0 || len(add) > 0 || len(del) > 0 {
 		var attrs []plan.Attribute
-		for _, k := range sortedKeys(options) {
+		for _, k := range slices.Sorted(maps.Keys(options)) {
 			attrs = append(attrs, plan.Attribute{Key: k, Value: v.fwOptions[k] + " -> " + options[k]})
 		}
 		if len(add) > 0 {
@@ -398,15 +399,6 @@ func (p *Provider) planFinalize(want *reconcile.Desired, inv *inventory) []plan.
 	return out
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 var _ reconcile.Warner = (*Provider)(nil)
 
 // Warnings reports per-VM firewall rules on ports the security policy does
@@ -421,7 +413,7 @@ func (p *Provider) Warnings(have reconcile.Inventory) []string {
 		return nil
 	}
 	var out []string
-	for _, name := range sortedKeys(inv.owned) {
+	for _, name := range slices.Sorted(maps.Keys(inv.owned)) {
 		if nodes := p.c.Proxmox.Nodes; len(nodes) > 0 && !slices.Contains(nodes, inv.owned[name].node) {
 			out = append(out, fmt.Sprintf("VM %s runs on %s, which proxmox.nodes does not list; it stays there (VMs are not moved), only new VMs follow proxmox.nodes", name, inv.owned[name].node))
 		}

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 )
 
 // KubeTimeout is the default deadline of each KubeStore call, retries
@@ -322,15 +323,7 @@ func dataSize(data map[string][]byte) int {
 // pause waits a little longer after each conflict, with jitter, so
 // concurrent writers spread out.
 func pause(ctx context.Context, attempt int) error {
-	d := time.Duration(attempt*attempt)*10*time.Millisecond + rand.N(10*time.Millisecond)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return retry.Sleep(ctx, retry.Policy{Initial: 10 * time.Millisecond, Max: time.Second}.Backoff(attempt))
 }
 
 // viewJournal reads a cluster's journal.
