@@ -71,6 +71,17 @@ func (v *validator) unknownKeys(n *node, path string, allowed []string) {
 	v.errorf(n.vals[unknown[0]], path, "%s: unknown key(s): %s", path, strings.Join(unknown, ", "))
 }
 
+// record remembers where the value of key was written (Cluster.Source).
+func (v *validator) record(key string, n *node) {
+	if n == nil {
+		return
+	}
+	if v.sources == nil {
+		v.sources = map[string]Source{}
+	}
+	v.sources[key] = Source{File: n.file, Line: n.line}
+}
+
 // str reads an optional non-empty string. Absent or null gives ("", false).
 func (v *validator) str(parent *node, key, path string) (string, bool) {
 	n := parent.get(key)
@@ -260,6 +271,7 @@ func (v *validator) strList(parent *node, key, path string) []string {
 	}
 	out := make([]string, 0, len(n.items))
 	for i, it := range n.items {
+		v.record(fmt.Sprintf("%s[%d]", path, i), it)
 		if it.kind != kindString || strings.TrimSpace(it.str) == "" {
 			v.errorf(it, fmt.Sprintf("%s[%d]", path, i), "%s must be a list of non-empty strings; entry %d is %s", path, i+1, emptyOr(it))
 			continue
@@ -282,6 +294,7 @@ func (v *validator) stringMap(parent *node, key, path string) map[string]string 
 		return out
 	}
 	for _, k := range n.keys {
+		v.record(path+"."+k, n.vals[k])
 		// Like the Python tool, any value is accepted and stringified.
 		out[k] = strings.ReplaceAll(pyText(n.vals[k]), " ", "_")
 	}

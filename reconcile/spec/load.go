@@ -63,6 +63,7 @@ func LoadFS(fsys fs.FS, dir string, opts Options) (*Cluster, []Problem, error) {
 	}
 	c.Dir = dir
 	c.Files = l.files
+	c.sources = l.sources
 	return c, l.warns, nil
 }
 
@@ -74,6 +75,9 @@ type loader struct {
 	files []string
 	errs  []Problem
 	warns []Problem
+	// sources records where list entries and free-form map values were
+	// written, by dotted key path (Cluster.Source).
+	sources map[string]Source
 }
 
 func (l *loader) fail() error {
@@ -101,28 +105,19 @@ func (l *loader) warnAt(file string, line int, key, format string, args ...any) 
 // readFile parses one file of the cluster directory; it reports and returns
 // nil when the file cannot be read or is not a mapping.
 func (l *loader) readFile(name string) *node {
-	f, err := l.fsys.Open(name)
+	data, ok := l.readBytes(name)
+	if !ok {
+		return nil
+	}
+	tree, warns, err := parseYAML(name, data)
+	l.warns = append(l.warns, warns...)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			l.errorAt(name, 0, "", "missing %s in %s", name, l.dir)
+		var pe *parseError
+		if errors.As(err, &pe) {
+			l.errorAt(name, pe.line, "", "%s", pe.msg)
 		} else {
-			l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
+			l.errorAt(name, 0, "", "%s", strings.TrimPrefix(err.Error(), name+": "))
 		}
-		return nil
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
-		return nil
-	}
-	if len(data) > maxFileSize {
-		l.errorAt(name, 0, "", "is larger than %d bytes", maxFileSize)
-		return nil
-	}
-	tree, err := parseYAML(name, data)
-	if err != nil {
-		l.errorAt(name, 0, "", "%s", strings.TrimPrefix(err.Error(), name+": "))
 		return nil
 	}
 	if tree.kind != kindMap {
@@ -135,6 +130,57 @@ func (l *loader) readFile(name string) *node {
 		return nil
 	}
 	return tree
+}
+
+// readBytes reads one file of the cluster directory, bounded: only a
+// regular file (a symbolic link is followed where the file system can read
+// it, and only inside the directory) of at most maxFileSize bytes. Anything
+// else (a FIFO, a device, a directory) is reported without being opened, so
+// that reading it can never block. Problems name the file as given.
+func (l *loader) readBytes(name string) ([]byte, bool) {
+	rel, inside := l.resolve(name)
+	if !inside {
+		l.errorAt(name, 0, "", "is a symbolic link that leads outside the cluster directory")
+		return nil, false
+	}
+	st, err := fs.Stat(l.fsys, rel)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			l.errorAt(name, 0, "", "missing %s in %s", name, l.dir)
+		} else {
+			l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
+		}
+		return nil, false
+	}
+	if !st.Mode().IsRegular() {
+		l.errorAt(name, 0, "", "not a regular file")
+		return nil, false
+	}
+	if st.Size() > maxFileSize {
+		l.errorAt(name, 0, "", "larger than %d bytes", maxFileSize)
+		return nil, false
+	}
+	f, err := l.fsys.Open(rel)
+	if err != nil {
+		l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
+		return nil, false
+	}
+	defer f.Close()
+	// The name may have been replaced between the check and the open.
+	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		l.errorAt(name, 0, "", "not a regular file")
+		return nil, false
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
+		return nil, false
+	}
+	if len(data) > maxFileSize {
+		l.errorAt(name, 0, "", "larger than %d bytes", maxFileSize)
+		return nil, false
+	}
+	return data, true
 }
 
 // pathlessError drops the absolute path an *fs.PathError carries: problems

@@ -1,7 +1,10 @@
 package spec
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"strconv"
@@ -85,17 +88,52 @@ var (
 )
 
 // parseYAML reads one file's bytes into a node tree. A key repeated in one
-// mapping keeps its last value, as PyYAML does.
-func parseYAML(file string, data []byte) (*node, error) {
+// mapping keeps its last value, as PyYAML does, and is reported in the
+// returned warnings with the lines of both. A file holds one YAML document:
+// a second one ("---" and more) is an error naming its line, as PyYAML's
+// safe_load refuses it too.
+func parseYAML(file string, data []byte) (*node, []Problem, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("%s: not valid YAML: %s", file, yamlReason(err))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return &node{kind: kindNull, file: file, line: 1}, nil, nil
+		}
+		return nil, nil, &parseError{file: file, msg: "not valid YAML: " + yamlReason(err)}
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, nil, &parseError{file: file, msg: "not valid YAML: " + yamlReason(err)}
+	default:
+		return nil, nil, &parseError{file: file, line: next.Line,
+			msg: "a second YAML document starts here; a cluster file holds one document: remove the '---' line and what follows, or merge it into the first"}
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return &node{kind: kindNull, file: file, line: 1}, nil
+		return &node{kind: kindNull, file: file, line: 1}, nil, nil
 	}
-	c := converter{file: file}
-	return c.convert(doc.Content[0], 0)
+	c := converter{file: file, checked: map[*yaml.Node]bool{}}
+	n, err := c.convert(doc.Content[0], 0, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	return n, c.warns, nil
+}
+
+// parseError is a file that cannot be read as a cluster file, with the line
+// at fault when there is one.
+type parseError struct {
+	file string
+	line int
+	msg  string
+}
+
+func (e *parseError) Error() string {
+	if e.line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.file, e.line, e.msg)
+	}
+	return e.file + ": " + e.msg
 }
 
 // yamlReason strips the library prefix from a parser error.
@@ -107,6 +145,10 @@ type converter struct {
 	file string
 	// count bounds the nodes built, so aliases cannot expand without end.
 	count int
+	// checked records the mappings already searched for duplicate keys, so
+	// a mapping an alias repeats is reported once.
+	checked map[*yaml.Node]bool
+	warns   []Problem
 }
 
 // maxNodes bounds the values one file may expand to, aliases included.
@@ -115,21 +157,22 @@ const maxNodes = 200000
 // maxDepth bounds nesting so a hostile file cannot exhaust the stack.
 const maxDepth = 64
 
-func (c *converter) convert(y *yaml.Node, depth int) (*node, error) {
+// convert builds the node of y; path is its dotted key path, for warnings.
+func (c *converter) convert(y *yaml.Node, depth int, path string) (*node, error) {
 	if depth > maxDepth {
-		return nil, fmt.Errorf("%s:%d: nested deeper than %d levels", c.file, y.Line, maxDepth)
+		return nil, &parseError{file: c.file, line: y.Line, msg: fmt.Sprintf("nested deeper than %d levels", maxDepth)}
 	}
 	c.count++
 	if c.count > maxNodes {
-		return nil, fmt.Errorf("%s: expands to more than %d values", c.file, maxNodes)
+		return nil, &parseError{file: c.file, msg: fmt.Sprintf("expands to more than %d values", maxNodes)}
 	}
 	n := &node{file: c.file, line: y.Line}
 	switch y.Kind {
 	case yaml.AliasNode:
 		if y.Alias == nil {
-			return nil, fmt.Errorf("%s:%d: unknown alias", c.file, y.Line)
+			return nil, &parseError{file: c.file, line: y.Line, msg: "unknown alias"}
 		}
-		a, err := c.convert(y.Alias, depth+1)
+		a, err := c.convert(y.Alias, depth+1, path)
 		if err != nil {
 			return nil, err
 		}
@@ -139,8 +182,8 @@ func (c *converter) convert(y *yaml.Node, depth int) (*node, error) {
 		c.scalar(y, n)
 	case yaml.SequenceNode:
 		n.kind = kindList
-		for _, it := range y.Content {
-			v, err := c.convert(it, depth+1)
+		for i, it := range y.Content {
+			v, err := c.convert(it, depth+1, fmt.Sprintf("%s[%d]", path, i))
 			if err != nil {
 				return nil, err
 			}
@@ -150,7 +193,7 @@ func (c *converter) convert(y *yaml.Node, depth int) (*node, error) {
 		n.kind = kindMap
 		n.vals = map[string]*node{}
 		n.keyKinds = map[string]kind{}
-		if err := c.mapping(y, n, depth); err != nil {
+		if err := c.mapping(y, n, depth, path); err != nil {
 			return nil, err
 		}
 	default:
@@ -159,7 +202,8 @@ func (c *converter) convert(y *yaml.Node, depth int) (*node, error) {
 	return n, nil
 }
 
-func (c *converter) mapping(y *yaml.Node, n *node, depth int) error {
+func (c *converter) mapping(y *yaml.Node, n *node, depth int, path string) error {
+	c.duplicates(y, path)
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(y.Content); i += 2 {
 		k, v := y.Content[i], y.Content[i+1]
@@ -168,15 +212,15 @@ func (c *converter) mapping(y *yaml.Node, n *node, depth int) error {
 			continue
 		}
 		if k.Kind != yaml.ScalarNode {
-			return fmt.Errorf("%s:%d: a mapping key must be a plain value", c.file, k.Line)
+			return &parseError{file: c.file, line: k.Line, msg: "a mapping key must be a plain value"}
 		}
 		kn := &node{}
 		c.scalar(k, kn)
-		val, err := c.convert(v, depth+1)
+		key := k.Value
+		val, err := c.convert(v, depth+1, joinKey(path, key))
 		if err != nil {
 			return err
 		}
-		key := k.Value
 		if _, dup := n.vals[key]; !dup {
 			n.keys = append(n.keys, key)
 		}
@@ -185,7 +229,7 @@ func (c *converter) mapping(y *yaml.Node, n *node, depth int) error {
 	}
 	// YAML merge keys ("<<: *anchor"): explicit keys win over merged ones.
 	for _, m := range merges {
-		src, err := c.convert(m, depth+1)
+		src, err := c.convert(m, depth+1, path)
 		if err != nil {
 			return err
 		}
@@ -195,7 +239,7 @@ func (c *converter) mapping(y *yaml.Node, n *node, depth int) error {
 		}
 		for _, s := range sources {
 			if s.kind != kindMap {
-				return fmt.Errorf("%s:%d: a merge key needs a mapping", c.file, m.Line)
+				return &parseError{file: c.file, line: m.Line, msg: "a merge key needs a mapping"}
 			}
 			for _, k := range s.keys {
 				if _, ok := n.vals[k]; !ok {
@@ -207,6 +251,44 @@ func (c *converter) mapping(y *yaml.Node, n *node, depth int) error {
 		}
 	}
 	return nil
+}
+
+// duplicates warns about each key written more than once in the mapping y,
+// at the line of the last one, which is the one used.
+func (c *converter) duplicates(y *yaml.Node, path string) {
+	if c.checked[y] {
+		return
+	}
+	c.checked[y] = true
+	lines := map[string][]int{}
+	var order []string
+	for i := 0; i+1 < len(y.Content); i += 2 {
+		k := y.Content[i]
+		if k.Kind != yaml.ScalarNode || k.Tag == "!!merge" {
+			continue
+		}
+		if _, ok := lines[k.Value]; !ok {
+			order = append(order, k.Value)
+		}
+		lines[k.Value] = append(lines[k.Value], k.Line)
+	}
+	for _, key := range order {
+		ls := lines[key]
+		if len(ls) < 2 {
+			continue
+		}
+		last := ls[len(ls)-1]
+		earlier := make([]string, len(ls)-1)
+		for i, l := range ls[:len(ls)-1] {
+			earlier[i] = strconv.Itoa(l)
+		}
+		also := "line " + earlier[0]
+		if len(earlier) > 1 {
+			also = "lines " + strings.Join(earlier, ", ")
+		}
+		c.warns = append(c.warns, Problem{File: c.file, Line: last, Key: joinKey(path, key),
+			Message: fmt.Sprintf("duplicate key, also at %s; the last one (line %d) is used", also, last)})
+	}
 }
 
 // scalar resolves a scalar the way a YAML 1.1 loader does.

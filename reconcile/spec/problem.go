@@ -49,3 +49,31 @@ func (e *Error) Error() string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Source is where a value was written: a file relative to the cluster
+// directory and a 1-based line.
+type Source struct {
+	File string
+	Line int
+}
+
+// Source returns where the value of key was written. key is a dotted key
+// path as problems name it: a list entry such as talos.config_patches[0],
+// controlplane.config_patches[1] or workers.gpu.extensions[0], or a tag
+// such as tags.team or workers.gpu.tags.team. It reports false for a key
+// the loader did not record.
+func (c *Cluster) Source(key string) (Source, bool) {
+	s, ok := c.sources[key]
+	return s, ok
+}
+
+// ProblemAt returns a problem about key, placed where the value was
+// written, or at the cluster file when that is not known. It is for the
+// checks that run after loading, such as generating the machine configs.
+func (c *Cluster) ProblemAt(key, message string) Problem {
+	s, ok := c.Source(key)
+	if !ok {
+		s = Source{File: ClusterFile}
+	}
+	return Problem{File: s.File, Line: s.Line, Key: key, Message: message}
+}

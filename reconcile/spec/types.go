@@ -5,6 +5,12 @@
 // Loading goes raw YAML -> merged tree -> Validate -> Cluster in one step, and
 // every problem is reported at once, each naming the file, the line and the
 // dotted key path. Warnings never block a load.
+//
+// Input is bounded: each file must be a regular file (a symbolic link is
+// followed only inside the directory) of at most 4 MiB holding one YAML
+// document, so a FIFO or a device is never opened. A key written twice in
+// one mapping keeps its last value, as PyYAML does, with a warning naming
+// both lines.
 package spec
 
 import (
@@ -58,6 +64,9 @@ type Cluster struct {
 	Metal []MetalGroup
 	// Plugins holds the configured plugin sections (argocd, rancher, charts).
 	Plugins Plugins
+
+	// sources records where values were written (see Source).
+	sources map[string]Source
 }
 
 // Talos is the talos section.

@@ -1,6 +1,7 @@
 package spec_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -90,14 +91,24 @@ network:
 }
 
 // TestDuplicateKeyLastWins: PyYAML keeps the last value of a key repeated in
-// one mapping, without a word, so the loader does the same.
+// one mapping, so the loader does the same, and warns naming both lines.
 func TestDuplicateKeyLastWins(t *testing.T) {
 	t.Parallel()
 	dir := writeDir(t, proxmoxBase(), nil)
+	data, err := os.ReadFile(filepath.Join(dir, "cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := 1 + strings.Count(string(data[:strings.Index(string(data), "\nname: ")+1]), "\n")
+	last := 1 + strings.Count(string(data), "\n")
 	appendFile(t, filepath.Join(dir, "cluster.yaml"), "name: other\n")
 	c, warns := check(t, dir, outcome{})
-	if c.Name != "other" || len(warns) != 0 {
-		t.Fatalf("name %q, warnings %v; want the last value and no warning", c.Name, warns)
+	if c.Name != "other" {
+		t.Fatalf("name %q; want the last value", c.Name)
+	}
+	want := fmt.Sprintf("cluster.yaml:%d: name: duplicate key, also at line %d; the last one (line %d) is used", last, first, last)
+	if len(warns) != 1 || warns[0].String() != want {
+		t.Fatalf("warnings %v; want exactly %q", warns, want)
 	}
 }
 
