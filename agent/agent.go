@@ -52,9 +52,11 @@ type Runner interface {
 	// about to run; an error from approve stops it, nothing changed, and
 	// Converge returns that error.
 	Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string), approve func(*plan.Plan) error) error
-	// Endpoints returns the provider endpoints a cluster sends credentials
-	// to, for the pull-request endpoint policy.
-	Endpoints(cluster string, files fs.FS) ([]string, error)
+	// Endpoints returns every endpoint a cluster sends credentials to or
+	// trusts, as the engine will use them, and the TLS settings they are
+	// reached with, for the pull-request endpoint policy. It makes no
+	// request.
+	Endpoints(cluster string, files fs.FS) (Endpoints, error)
 }
 
 // Progress is the state the agent keeps between runs: the last commit
@@ -81,9 +83,21 @@ type Agent struct {
 	// tests shrink.
 	retry retry.Policy
 
+	// allowed is cfg.AllowedEndpoints parsed.
+	allowed []endpoint
+	// out holds the statuses and comments waiting for GitHub's rate limit;
+	// statusMu keeps the statuses of one commit and context in order.
+	out      outbox
+	statusMu sync.Mutex
+	// quiet keeps lasting conditions from being logged on every poll.
+	quiet quietLog
+
 	mu          sync.Mutex
 	defaultHead string
 	clusters    []string
+	open        []int // the open pull requests last listed, sorted
+	apiLimit    *gh.RateLimitedError
+	lastProbe   time.Time
 	planned     map[int]string // pull request -> head planned
 	untrusted   map[int]string // pull request -> head refused
 	lastFetch   time.Time
@@ -126,6 +140,11 @@ func New(cfg *Config, d Deps) *Agent {
 	ctx, stop := context.WithCancel(context.Background())
 	a.stop = stop
 	a.sched = NewScheduler(ctx, cfg.Concurrency, a.runMutation)
+	var err error
+	if a.allowed, err = parseAllowed(cfg.AllowedEndpoints); err != nil {
+		// LoadConfig refuses these; a Config built in code may have them.
+		a.log.Error("ignoring bad allowed_endpoints entries", "error", err)
+	}
 	return a
 }
 
@@ -136,7 +155,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	interval := a.cfg.Repository.PollInterval.D()
 	for {
 		if err := a.Poll(ctx); err != nil && ctx.Err() == nil {
-			a.log.Error("poll failed", "error", a.redact.String(err.Error()))
+			msg := a.redact.String(err.Error())
+			if a.quiet.allow("poll", msg) {
+				a.log.Error("poll failed", "error", msg)
+			}
+		} else if err == nil {
+			a.quiet.forget("poll")
 		}
 		// Jitter ±10% so several agents do not poll in step.
 		wait := interval - interval/10 + time.Duration(rand.Int64N(int64(interval/5)+1))
@@ -148,21 +172,40 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// Poll runs one cycle: list open pull requests, fetch, converge what
-// changed on the default branch, plan new pull-request heads, check drift.
+// Poll runs one cycle: fetch, converge what changed on the default branch,
+// post what waited for GitHub's rate limit, list the open pull requests
+// and plan their new heads, check drift. Fetching and converging need no
+// GitHub API: the fetch asks for the pull requests listed last, and a
+// failed or rate-limited listing only holds up planning.
 func (a *Agent) Poll(ctx context.Context) error {
-	prs, err := a.forge.OpenPRs(ctx, a.cfg.Repository.DefaultBranch)
 	a.mu.Lock()
-	a.forgeErr = err
+	known := slices.Clone(a.open)
 	a.mu.Unlock()
+	heads, err := a.fetch(ctx, known)
 	if err != nil {
-		return fmt.Errorf("listing pull requests: %w", err)
+		return err
 	}
-	numbers := make([]int, len(prs))
-	for i, p := range prs {
-		numbers[i] = p.Number
+	if err := a.defaultBranch(ctx, heads.Default); err != nil {
+		return err
 	}
-	heads, err := a.repo.Fetch(ctx, numbers)
+	a.probeLimit(ctx)
+	a.flush(ctx)
+	prErr := a.pullRequests(ctx, heads, known)
+	a.mu.Lock()
+	head := a.defaultHead
+	a.mu.Unlock()
+	a.drift(ctx, head)
+	if a.metrics != nil {
+		running, waiting := a.sched.Queue()
+		a.metrics.QueueDepth(len(running) + len(waiting))
+	}
+	return prErr
+}
+
+// fetch fetches the default branch and the heads of the pull requests
+// open.
+func (a *Agent) fetch(ctx context.Context, open []int) (gitsync.Heads, error) {
+	heads, err := a.repo.Fetch(ctx, open)
 	a.mu.Lock()
 	a.fetchErr = err
 	if err == nil {
@@ -173,21 +216,54 @@ func (a *Agent) Poll(ctx context.Context) error {
 		a.metrics.Fetched(err == nil, time.Now())
 	}
 	if err != nil {
-		return fmt.Errorf("fetching: %w", err)
+		return heads, fmt.Errorf("fetching: %w", err)
 	}
-	if err := a.defaultBranch(ctx, heads.Default); err != nil {
-		return err
+	return heads, nil
+}
+
+// pullRequests lists the open pull requests and plans their new heads;
+// fetched are the pull requests whose heads heads holds. While GitHub's
+// API is rate limited nothing is asked and nothing planned.
+func (a *Agent) pullRequests(ctx context.Context, heads gitsync.Heads, fetched []int) error {
+	if l := a.apiLimited(); l != nil {
+		return fmt.Errorf("pull requests not listed nor planned: %w", l)
+	}
+	prs, err := a.forge.OpenPRs(ctx, a.cfg.Repository.DefaultBranch)
+	if err != nil {
+		if a.noteAPI(err) {
+			if l := a.apiLimited(); l != nil {
+				return fmt.Errorf("pull requests not listed nor planned: %w", l)
+			}
+		}
+		a.mu.Lock()
+		a.forgeErr = err
+		a.mu.Unlock()
+		return fmt.Errorf("listing pull requests: %w", err)
+	}
+	numbers := make([]int, len(prs))
+	for i, p := range prs {
+		numbers[i] = p.Number
+	}
+	slices.Sort(numbers)
+	numbers = slices.Compact(numbers)
+	a.mu.Lock()
+	a.forgeErr = nil
+	a.open = numbers
+	a.mu.Unlock()
+	if slices.ContainsFunc(numbers, func(n int) bool { return !slices.Contains(fetched, n) }) {
+		// A pull request opened since the last listing: fetch its head.
+		if heads, err = a.fetch(ctx, numbers); err != nil {
+			return err
+		}
+		if err := a.defaultBranch(ctx, heads.Default); err != nil {
+			return err
+		}
 	}
 	for _, p := range prs {
 		if head, ok := heads.PRs[p.Number]; ok {
 			p.Head = head
 		}
 		a.pullRequest(ctx, p, heads.Default)
-	}
-	a.drift(ctx, heads.Default)
-	if a.metrics != nil {
-		running, waiting := a.sched.Queue()
-		a.metrics.QueueDepth(len(running) + len(waiting))
 	}
 	return nil
 }
@@ -251,22 +327,27 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 		}
 	}
 	a.mu.Unlock()
+	// The merged pull request is only needed to say a merge waits behind
+	// a running converge.
 	var mergedPR int
-	if len(affected) > 0 && prev != "" {
-		if pr, ok, err := a.forge.MergedPR(ctx, head); err == nil && ok {
+	lookupLimited := false
+	if prev != "" && slices.ContainsFunc(affected, func(d string) bool { return a.runningCommit(d) != "" }) {
+		pr, ok, err := a.mergedPR(ctx, head)
+		if err == nil && ok {
 			mergedPR = pr
 		}
+		_, lookupLimited = gh.RateLimited(err)
 	}
 	for _, d := range affected {
 		a.log.Info("converge queued", "cluster", d, "commit", head)
 		desc := "queued"
 		if running := a.runningCommit(d); running != "" {
 			desc = "queued behind the converge of " + short(running)
-			if mergedPR != 0 {
-				_ = a.forge.Comment(ctx, mergedPR, fmt.Sprintf("**taloscluster:** `%s` is being converged to `%s` right now; this merge is queued behind that run and will be converged next (together with any later merge).", d, short(running)))
+			if mergedPR != 0 || lookupLimited {
+				a.comment(ctx, mergedPR, head, fmt.Sprintf("**taloscluster:** `%s` is being converged to `%s` right now; this merge is queued behind that run and will be converged next (together with any later merge).", d, short(running)))
 			}
 		}
-		_ = a.forge.SetStatus(ctx, head, gh.StatusContext("converge", d), gh.StatePending, desc, a.link(""))
+		a.setStatus(ctx, head, gh.StatusContext("converge", d), gh.StatePending, desc, a.link(""))
 		a.sched.Mutate(Job{Kind: KindConverge, Cluster: d, Commit: head})
 	}
 	return nil
@@ -289,10 +370,12 @@ func (a *Agent) runningCommit(cluster string) string {
 func (a *Agent) removed(ctx context.Context, cluster, head string) {
 	msg := fmt.Sprintf("cluster directory %s was removed from the default branch. Nothing was destroyed: the machines and the cluster keep running. To destroy a cluster, follow the README (destroy marker).", cluster)
 	a.log.Warn("cluster directory removed; not destroying", "cluster", cluster, "commit", head)
-	if pr, ok, err := a.forge.MergedPR(ctx, head); err == nil && ok {
-		_ = a.forge.Comment(ctx, pr, "**taloscluster:** "+msg)
+	if pr, ok, err := a.mergedPR(ctx, head); err == nil && ok {
+		a.comment(ctx, pr, head, "**taloscluster:** "+msg)
+	} else if _, limited := gh.RateLimited(err); limited {
+		a.comment(ctx, 0, head, "**taloscluster:** "+msg)
 	}
-	_ = a.forge.SetStatus(ctx, head, gh.StatusContext("converge", cluster), gh.StateSuccess, "directory removed: nothing destroyed", a.link(""))
+	a.setStatus(ctx, head, gh.StatusContext("converge", cluster), gh.StateSuccess, "directory removed: nothing destroyed", a.link(""))
 }
 
 // runMutation runs a converge or drift-heal job and returns how long to
@@ -310,7 +393,7 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	if attempt > 1 {
 		running = fmt.Sprintf("converging, attempt %d of %d", attempt, a.retry.Attempts)
 	}
-	_ = a.forge.SetStatus(ctx, j.Commit, statusCtx, gh.StatePending, running, a.link(""))
+	a.setStatus(ctx, j.Commit, statusCtx, gh.StatePending, running, a.link(""))
 	rv := a.newReview(ctx, j, attempt)
 	var logMu sync.Mutex
 	var lines []string
@@ -349,6 +432,10 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 			result = metrics.ResultCancelled
 		case transient && attempt < a.retry.Attempts:
 			again = a.retry.Backoff(attempt)
+			if l, ok := gh.RateLimited(err); ok {
+				// Trying again before GitHub's limit is over is a wasted attempt.
+				again = max(again, time.Until(l.Until)+time.Duration(rand.Int64N(int64(30*time.Second))))
+			}
 			result, state = metrics.ResultRetried, gh.StatePending
 			desc = attemptDescription(attempt, a.retry.Attempts, reason, ", retrying in "+humanDuration(again))
 		case transient || attempt > 1:
@@ -383,22 +470,26 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	// comes with the last one.
 	if again == 0 && ctx.Err() == nil {
 		for i, pr := range rv.prs {
-			if pr == 0 {
+			if pr == 0 && !rv.limited[i] {
 				continue
 			}
 			body := fmt.Sprintf("**taloscluster converge** of `%s` at `%s`: **%s**", j.Cluster, short(j.Commit), desc)
 			if len(j.Covers) > 1 {
 				body += fmt.Sprintf("\n\nThis run covered the merges %s.", strings.Join(shorts(j.Covers), ", "))
 			}
-			if sec := rv.section(i, pr, a.link(id)); sec != "" {
+			if pr == 0 {
+				// Found after GitHub's rate limit, with the comment.
+				body += "\n\n_GitHub's rate limit kept the agent from finding this pull request when the converge ran, so this comment does not compare the plan that ran with the reviewed one._"
+			} else if sec := rv.section(i, pr, a.link(id)); sec != "" {
 				body += "\n\n" + sec
 			}
-			_ = a.forge.Comment(ctx, pr, a.redact.String(body))
+			a.comment(ctx, pr, j.Covers[i], body)
 		}
 	}
-	// The status comes last: it tells that the run is over.
-	for _, c := range j.Covers {
-		_ = a.forge.SetStatus(ctx, c, statusCtx, state, a.redact.String(desc), a.link(id))
+	// The status comes last: it tells that the run is over. The newest
+	// commit's, the one the run was for, comes after the merges it covered.
+	for _, c := range slices.Backward(j.Covers) {
+		a.setStatus(ctx, c, statusCtx, state, desc, a.link(id))
 	}
 	return again
 }
@@ -424,9 +515,17 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	if done || p.Head == "" {
 		return
 	}
-	if why := a.untrustedBecause(ctx, p); why != "" {
+	why, err := a.untrustedBecause(ctx, p)
+	if err != nil {
+		// Not planned for now; the next poll asks again.
+		if !a.noteAPI(err) && a.quiet.allow(fmt.Sprint("permission ", p.Number), err.Error()) {
+			a.log.Warn("reading the author's permission; the next poll tries again", "pr", p.Number, "author", p.Author, "error", a.redact.String(err.Error()))
+		}
+		return
+	}
+	if why != "" {
 		a.log.Warn("pull request not planned", "pr", p.Number, "author", p.Author, "reason", why)
-		_ = a.forge.SetStatus(ctx, p.Head, "taloscluster/plan", gh.StateFailure, "not planned: untrusted author", "")
+		a.setStatus(ctx, p.Head, "taloscluster/plan", gh.StateFailure, "not planned: untrusted author", "")
 		a.mu.Lock()
 		a.untrusted[p.Number] = p.Head
 		a.mu.Unlock()
@@ -450,31 +549,33 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 		return
 	}
 	for _, c := range affected {
-		_ = a.forge.SetStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
+		a.setStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
 	}
 	a.sched.Plan(p.Number, p.Head, affected, a.planPR(p, base, affected))
 }
 
 // untrustedBecause says why a pull request must not be planned with
-// production credentials, or "".
-func (a *Agent) untrustedBecause(ctx context.Context, p gh.PR) string {
+// production credentials, or "". An error means it cannot tell now (the
+// author's permission could not be read): the pull request is not planned
+// until it can.
+func (a *Agent) untrustedBecause(ctx context.Context, p gh.PR) (string, error) {
 	if p.Fork {
-		return "the head is in a fork"
+		return "the head is in a fork", nil
 	}
 	if len(a.cfg.GitHub.AllowedAuthors) > 0 {
 		if !slices.Contains(a.cfg.GitHub.AllowedAuthors, p.Author) {
-			return "the author is not in github.allowed_authors"
+			return "the author is not in github.allowed_authors", nil
 		}
-		return ""
+		return "", nil
 	}
 	perm, err := a.forge.Permission(ctx, p.Author)
 	if err != nil {
-		return "the author's permission could not be read"
+		return "", err
 	}
 	if perm != "admin" && perm != "write" {
-		return "the author lacks write permission"
+		return "the author lacks write permission", nil
 	}
-	return ""
+	return "", nil
 }
 
 // planPR returns the plan run of a pull request head: it plans every
@@ -520,7 +621,9 @@ func (a *Agent) planPR(p gh.PR, base string, clusters []string) func(ctx context
 		}
 		header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
 		if err := a.forge.UpsertComments(ctx, p.Number, gh.Compose(header, sections, 0)); err != nil {
-			a.log.Error("posting the plan comment; the next poll tries again", "pr", p.Number, "error", a.redact.String(err.Error()))
+			if !a.noteAPI(err) {
+				a.log.Error("posting the plan comment; the next poll tries again", "pr", p.Number, "error", a.redact.String(err.Error()))
+			}
 			a.mu.Lock()
 			if a.planned[p.Number] == p.Head {
 				delete(a.planned, p.Number)
@@ -559,16 +662,24 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 		if a.metrics != nil {
 			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 		}
-		return clusterPlan{sec: sec, status: func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, gh.StateFailure, a.redact.String(desc), "") }}
+		return clusterPlan{sec: sec, status: func() { a.setStatus(ctx, p.Head, statusCtx, gh.StateFailure, desc, "") }}
 	}
-	if why := a.endpointPolicy(p.Head, base, cluster); why != "" {
+	why, err := a.endpointPolicy(p.Head, base, cluster)
+	if err != nil {
+		// Fail closed: the endpoints could not be read, so nothing is
+		// asked of them. (The plan would report this load error itself.)
+		msg := a.redact.String(err.Error())
+		return fail(metrics.ResultFailure, msg, msg)
+	}
+	if why != "" {
+		a.log.Warn("pull request not planned: endpoint policy", "pr", p.Number, "cluster", cluster, "commit", p.Head, "reason", a.redact.String(why))
 		return fail(metrics.ResultRefused, "not planned: "+why, "not planned: "+why)
 	}
 	if a.sched.Busy(cluster) {
 		sec.Summary = "(the cluster is being converged right now; this plan may change) "
 	}
 	var pl *plan.Plan
-	err := a.withFiles(p.Head, cluster, func(files fs.FS) error {
+	err = a.withFiles(p.Head, cluster, func(files fs.FS) error {
 		var err error
 		pl, err = a.runner.Plan(ctx, cluster, files)
 		return err
@@ -590,7 +701,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 				a.metrics.RunFinished(metrics.KindPlan, cluster, metrics.ResultRetried, time.Since(started))
 			}
 			return clusterPlan{sec: sec, retry: wait,
-				status: func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, gh.StatePending, desc, "") }}
+				status: func() { a.setStatus(ctx, p.Head, statusCtx, gh.StatePending, desc, "") }}
 		case transient || attempt > 1:
 			return fail(metrics.ResultFailure, attemptDescription(attempt, a.retry.Attempts, reason, ""), msg)
 		}
@@ -615,36 +726,30 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
 	})
 	return clusterPlan{sec: sec, plan: pl,
-		status: func() { _ = a.forge.SetStatus(ctx, p.Head, statusCtx, state, a.redact.String(desc), a.link(id)) }}
+		status: func() { a.setStatus(ctx, p.Head, statusCtx, state, desc, a.link(id)) }}
 }
 
-// endpointPolicy refuses a pull request that points a cluster's
-// credentials at an endpoint other than the default branch's, unless the
-// endpoint is allowed.
-func (a *Agent) endpointPolicy(head, base, cluster string) string {
-	var prEP, baseEP []string
+// endpointPolicy says why a pull request must not point a cluster's
+// credentials or trust where it does (see endpointRefusal), or "". It
+// fails when the pull request's endpoints cannot be read.
+func (a *Agent) endpointPolicy(head, base, cluster string) (string, error) {
+	var prEP Endpoints
 	if err := a.withFiles(head, cluster, func(files fs.FS) error {
 		var err error
 		prEP, err = a.runner.Endpoints(cluster, files)
 		return err
 	}); err != nil {
-		return "" // the plan reports the load error itself
+		return "", err
 	}
-	baseErr := a.withFiles(base, cluster, func(files fs.FS) error {
-		var err error
-		baseEP, err = a.runner.Endpoints(cluster, files)
+	var baseEP *Endpoints
+	_ = a.withFiles(base, cluster, func(files fs.FS) error {
+		ep, err := a.runner.Endpoints(cluster, files)
+		if err == nil {
+			baseEP = &ep
+		}
 		return err
 	})
-	for _, ep := range prEP {
-		if baseErr == nil && slices.Contains(baseEP, ep) {
-			continue
-		}
-		if slices.ContainsFunc(a.cfg.AllowedEndpoints, func(allowed string) bool { return strings.HasPrefix(ep, allowed) }) {
-			continue
-		}
-		return fmt.Sprintf("the provider endpoint %s differs from the default branch's and is not in allowed_endpoints", ep)
-	}
-	return ""
+	return endpointRefusal(prEP, baseEP, a.allowed, a.cfg.AllowTLSChanges), nil
 }
 
 // drift plans every cluster on the default branch every drift interval;
@@ -743,8 +848,12 @@ func (a *Agent) link(planID string) string {
 	return u + "/plans/" + planID
 }
 
-// Ready reports why the agent cannot work yet, or nil.
+// Ready reports why the agent cannot do all of its work, or nil: the
+// repository not fetched lately, GitHub's API rate limited (merges are
+// still converged then, but pull requests are not planned), or GitHub not
+// answering.
 func (a *Agent) Ready() error {
+	limit := a.apiLimited()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
@@ -752,8 +861,10 @@ func (a *Agent) Ready() error {
 		return errors.New("the repository has not been fetched yet")
 	case time.Since(a.lastFetch) > 3*a.cfg.Repository.PollInterval.D():
 		return fmt.Errorf("the last successful fetch was %s ago", time.Since(a.lastFetch).Round(time.Second))
+	case limit != nil:
+		return fmt.Errorf("%s: pull requests are planned, and statuses posted, after it (merges are still converged)", limit)
 	case a.forgeErr != nil:
-		return errors.New("GitHub is not reachable")
+		return fmt.Errorf("GitHub is not reachable: %s", firstLine(a.redact.String(a.forgeErr.Error())))
 	}
 	return nil
 }

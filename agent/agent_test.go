@@ -81,25 +81,69 @@ func (r *fakeRepo) ClusterDirs(string, []string) ([]string, error) { return []st
 type status struct{ sha, context, state, description string }
 
 type fakeForge struct {
-	mu       sync.Mutex
-	open     []gh.PR
-	merged   map[string]int
-	statuses []status
-	comments map[int][]string // one-off comments
-	plans    map[int][]string // the plan comment, as last upserted
+	mu sync.Mutex
+	// limitedUntil, when set, makes every call (only limitOnly's when
+	// that is set) fail with GitHub's rate limit until then; refused
+	// counts those calls.
+	limitedUntil time.Time
+	limitOnly    string
+	refused      int
+	open         []gh.PR
+	merged       map[string]int
+	statuses     []status
+	comments     map[int][]string // one-off comments
+	plans        map[int][]string // the plan comment, as last upserted
+}
+
+// limited returns the rate-limit error for a call of op while the limit
+// lasts. The caller holds f.mu.
+func (f *fakeForge) limited(op string) error {
+	if time.Now().Before(f.limitedUntil) && (f.limitOnly == "" || f.limitOnly == op) {
+		f.refused++
+		return fmt.Errorf("calling GitHub: %w", &gh.RateLimitedError{Until: f.limitedUntil})
+	}
+	return nil
+}
+
+func (f *fakeForge) limit(until time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limitedUntil = until
+}
+
+func (f *fakeForge) RateLimit(context.Context) (gh.Rate, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if time.Now().Before(f.limitedUntil) {
+		return gh.Rate{Limit: 5000, Reset: f.limitedUntil}, nil
+	}
+	return gh.Rate{Limit: 5000, Remaining: 5000, Reset: time.Now().Add(time.Hour)}, nil
 }
 
 func (f *fakeForge) OpenPRs(context.Context, string) ([]gh.PR, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.limited("OpenPRs"); err != nil {
+		return nil, err
+	}
 	return slices.Clone(f.open), nil
 }
 
-func (f *fakeForge) Permission(context.Context, string) (string, error) { return "write", nil }
+func (f *fakeForge) Permission(context.Context, string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.limited("Permission"); err != nil {
+		return "", err
+	}
+	return "write", nil
+}
 
 func (f *fakeForge) SetStatus(_ context.Context, sha, context, state, description, _ string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.limited("SetStatus"); err != nil {
+		return err
+	}
 	f.statuses = append(f.statuses, status{sha, context, state, description})
 	return nil
 }
@@ -107,6 +151,9 @@ func (f *fakeForge) SetStatus(_ context.Context, sha, context, state, descriptio
 func (f *fakeForge) UpsertComments(_ context.Context, pr int, bodies []string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.limited("UpsertComments"); err != nil {
+		return err
+	}
 	f.plans[pr] = slices.Clone(bodies)
 	return nil
 }
@@ -114,6 +161,9 @@ func (f *fakeForge) UpsertComments(_ context.Context, pr int, bodies []string) e
 func (f *fakeForge) Comment(_ context.Context, pr int, body string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.limited("Comment"); err != nil {
+		return err
+	}
 	f.comments[pr] = append(f.comments[pr], body)
 	return nil
 }
@@ -121,6 +171,9 @@ func (f *fakeForge) Comment(_ context.Context, pr int, body string) error {
 func (f *fakeForge) MergedPR(_ context.Context, sha string) (int, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.limited("MergedPR"); err != nil {
+		return 0, false, err
+	}
 	n, ok := f.merged[sha]
 	return n, ok, nil
 }
@@ -239,7 +292,7 @@ func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, log f
 	return nil
 }
 
-func (r *fakeRunner) Endpoints(string, fs.FS) ([]string, error) { return nil, nil }
+func (r *fakeRunner) Endpoints(string, fs.FS) (agent.Endpoints, error) { return agent.Endpoints{}, nil }
 
 func (r *fakeRunner) set(f func(r *fakeRunner)) {
 	r.mu.Lock()

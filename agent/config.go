@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path"
@@ -57,9 +58,18 @@ type Config struct {
 	// converge goes ahead and its comment shows the plan that ran and the
 	// differences since review.
 	RequireReviewedPlan bool `yaml:"require_reviewed_plan"`
-	// AllowedEndpoints are provider endpoints (URL prefixes) a pull request
-	// may point a cluster at besides the one on the default branch.
+	// AllowedEndpoints are endpoints a pull request may point a cluster's
+	// credentials or trust at (proxmox.url, proxmox.image_factory,
+	// openstack.url) besides the default branch's value of the same key:
+	// https URLs without user info, query or fragment. One allows its
+	// exact scheme, host and port (443 when none is written), and its
+	// path and everything below it on a path boundary.
 	AllowedEndpoints []string `yaml:"allowed_endpoints"`
+	// AllowTLSChanges lets a pull request turn off TLS verification
+	// (proxmox.tls_verify: false) or change the CA bundle (its path or its
+	// content) relative to the default branch. Default false: such a pull
+	// request is not planned.
+	AllowTLSChanges bool `yaml:"allow_tls_changes"`
 	// Listen is the address of /metrics, /healthz, /readyz and the status
 	// page.
 	Listen string `yaml:"listen"`
@@ -124,6 +134,18 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // D returns the duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
+// Least values of the agent configuration: a shorter poll interval or drift
+// interval only loads GitHub, the git server and the providers. The mutation
+// spacing must be positive (any duration is); GitHub asks for at least a
+// second, the default.
+const (
+	MinPollInterval  = 5 * time.Second
+	MinDriftInterval = time.Minute
+)
+
+// MaxConfigSize bounds the size of the agent's configuration file.
+const MaxConfigSize = 1 << 20
+
 // Defaults of the agent configuration.
 const (
 	DefaultPollInterval    = 30 * time.Second
@@ -147,9 +169,9 @@ const (
 // LoadConfig reads and checks an agent configuration file. Unknown keys are
 // refused, and every problem is reported at once.
 func LoadConfig(file string) (*Config, error) {
-	data, err := os.ReadFile(file)
+	data, err := readConfig(file)
 	if err != nil {
-		return nil, fmt.Errorf("reading the agent config: %w", err)
+		return nil, err
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -162,6 +184,24 @@ func LoadConfig(file string) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return &c, nil
+}
+
+// readConfig reads the configuration file, at most MaxConfigSize bytes of
+// it: a larger file is refused before it is read whole.
+func readConfig(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the agent config: %w", err)
+	}
+	if len(data) > MaxConfigSize {
+		return nil, fmt.Errorf("%s: the agent config is larger than %d KiB (1 MiB), the most it may be", file, MaxConfigSize>>10)
+	}
+	return data, nil
 }
 
 // Defaults fills in the default of every key left unset.
@@ -218,6 +258,20 @@ func (c *Config) validate() error {
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("concurrency must be 1 or more"))
+	}
+	least := func(key string, d Duration, least time.Duration, why string) {
+		if d.D() < least {
+			errs = append(errs, fmt.Errorf("%s %s is below the minimum of %s (%s)", key, d.D(), least, why))
+		}
+	}
+	least("repository.poll_interval", c.Repository.PollInterval, MinPollInterval,
+		"every poll fetches the repository and lists the pull requests")
+	least("drift_interval", c.DriftInterval, MinDriftInterval, "every drift check plans every cluster against its provider")
+	if c.GitHub.MutationSpacing < 0 {
+		errs = append(errs, errors.New("github.mutation_spacing must not be negative"))
+	}
+	if _, err := parseAllowed(c.AllowedEndpoints); err != nil {
+		errs = append(errs, err)
 	}
 	switch c.State.Backend {
 	case "dir":

@@ -9,3 +9,13 @@ func (a *Agent) SetRetryPolicy(p retry.Policy) { a.retry = p }
 
 // HumanDuration is humanDuration, for tests.
 var HumanDuration = humanDuration
+
+// EndpointRefusal is endpointRefusal with allowed_endpoints unparsed, for
+// tests.
+func EndpointRefusal(pr Endpoints, base *Endpoints, allowed []string, allowTLS bool) string {
+	rules, err := parseAllowed(allowed)
+	if err != nil {
+		panic(err)
+	}
+	return endpointRefusal(pr, base, rules, allowTLS)
+}

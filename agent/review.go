@@ -117,6 +117,9 @@ type review struct {
 	// lookupErr is why the pull request of the newest covered commit
 	// could not be found.
 	lookupErr error
+	// limited[i] is set when GitHub's rate limit kept the pull request of
+	// covered commit i from being looked up.
+	limited []bool
 
 	// ran is the plan approve was called with, or on a resumed retry the
 	// whole plan the first attempt was allowed to run; nil when approve
@@ -139,9 +142,10 @@ type review struct {
 
 // newReview finds the merged pull request of every commit j covers.
 func (a *Agent) newReview(ctx context.Context, j Job, attempt int) *review {
-	r := &review{a: a, job: j, attempt: attempt, prs: make([]int, len(j.Covers))}
+	r := &review{a: a, job: j, attempt: attempt, prs: make([]int, len(j.Covers)), limited: make([]bool, len(j.Covers))}
 	for i, c := range j.Covers {
-		pr, ok, err := a.forge.MergedPR(ctx, c)
+		pr, ok, err := a.mergedPR(ctx, c)
+		_, r.limited[i] = gh.RateLimited(err)
 		switch {
 		case err != nil && i == 0:
 			r.lookupErr = err

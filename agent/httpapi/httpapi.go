@@ -42,8 +42,8 @@ type Options struct {
 	// Metrics is gathered for every request to /metrics.
 	Metrics prometheus.Gatherer
 	// Ready reports why the agent cannot do its work yet (repository not
-	// cloned, last fetch older than three intervals, GitHub unreachable),
-	// or nil when it can. It is called for every request to /readyz and
+	// cloned, last fetch older than three intervals, GitHub's API rate
+	// limited or unreachable), or nil when it can. It is called for every request to /readyz and
 	// must return quickly.
 	Ready func() error
 	// Status returns what the status page shows. It is called for every

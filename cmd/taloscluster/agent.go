@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -277,6 +279,10 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
+	// What validate refuses, the agent refuses before planning too.
+	if err := checkClusterConfigs(c, nil); err != nil {
+		return nil, err
+	}
 	var infra reconcile.Infra
 	switch c.Provider {
 	case spec.ProviderProxmox:
@@ -341,18 +347,49 @@ func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, file
 	return e.Converge(ctx)
 }
 
-func (r *agentRunner) Endpoints(cluster string, files fs.FS) ([]string, error) {
+// Endpoints returns what the pull-request endpoint policy checks of a
+// cluster: the Proxmox API URL as the client will use it, the Image
+// Factory the ISOs come from (both reached with proxmox.tls_verify), and
+// the OpenStack Keystone URL. It reads the CA bundle only to identify its
+// content, and makes no request.
+func (r *agentRunner) Endpoints(cluster string, files fs.FS) (agent.Endpoints, error) {
 	c, _, err := spec.LoadFS(files, cluster, spec.Options{})
 	if err != nil {
-		return nil, err
+		return agent.Endpoints{}, err
 	}
-	switch {
-	case c.Proxmox != nil:
-		return []string{c.Proxmox.APIURL()}, nil
-	case c.OpenStack != nil:
-		return []string{c.OpenStack.URL}, nil
+	var out agent.Endpoints
+	if px := c.Proxmox; px != nil {
+		out.URLs = append(out.URLs,
+			agent.Endpoint{Key: "proxmox.url", URL: px.APIURL()},
+			agent.Endpoint{Key: "proxmox.image_factory", URL: px.ImageFactory})
+		out.TLS = append(out.TLS, agent.TLSTrust{Key: "proxmox.tls_verify", Verify: px.TLSVerify.Verify,
+			CAFile: px.TLSVerify.CAFile, CADigest: caDigest(files, px.TLSVerify.CAFile)})
 	}
-	return nil, nil
+	if c.OpenStack != nil {
+		out.URLs = append(out.URLs, agent.Endpoint{Key: "openstack.url", URL: c.OpenStack.URL})
+	}
+	return out, nil
+}
+
+// caDigest identifies the content of a tls_verify CA bundle, read the way
+// the Proxmox provider reads it: "" without a bundle, "unreadable" when it
+// cannot be read (the plan then fails on it).
+func caDigest(files fs.FS, caFile string) string {
+	if caFile == "" {
+		return ""
+	}
+	var data []byte
+	var err error
+	if filepath.IsAbs(caFile) {
+		data, err = os.ReadFile(caFile)
+	} else {
+		data, err = fs.ReadFile(files, filepath.ToSlash(filepath.Clean(caFile)))
+	}
+	if err != nil {
+		return "unreadable"
+	}
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // lineWriter turns writes into calls of f.

@@ -34,7 +34,7 @@ func (emptyRunner) Plan(context.Context, string, fs.FS) (*plan.Plan, error) {
 func (emptyRunner) Converge(context.Context, string, string, fs.FS, func(string), func(*plan.Plan) error) error {
 	return nil
 }
-func (emptyRunner) Endpoints(string, fs.FS) ([]string, error) { return nil, nil }
+func (emptyRunner) Endpoints(string, fs.FS) (agent.Endpoints, error) { return agent.Endpoints{}, nil }
 
 // countingConn counts the bytes a connection reads and writes.
 type countingConn struct {

@@ -18,6 +18,11 @@ import (
 // included.
 const CallTimeout = 2 * time.Minute
 
+// MaxRateLimitWait bounds the wait for a rate limit inside one call; a
+// longer one fails the call at once with go-github's rate-limit error
+// (see RateLimited), so the agent can go on with work that needs no API.
+const MaxRateLimitWait = time.Minute
+
 // Client reports to one repository.
 type Client struct {
 	gh          *github.Client
@@ -53,7 +58,7 @@ func New(o Options) (*Client, error) {
 	if o.HTTPClient != nil && o.HTTPClient.Transport != nil {
 		base = o.HTTPClient.Transport
 	}
-	hc := &http.Client{Transport: &Transport{Base: base, Spacing: o.Spacing, MaxWait: 15 * time.Minute, Observe: o.Observe}}
+	hc := &http.Client{Transport: &Transport{Base: base, Spacing: o.Spacing, MaxWait: MaxRateLimitWait, Observe: o.Observe}}
 	gh := github.NewClient(hc).WithAuthToken(o.Token)
 	u, err := url.Parse(o.APIURL)
 	if err != nil || u.Scheme == "" {

@@ -21,11 +21,15 @@ import (
 //     was created before the error must not be created twice; callers
 //     re-read first);
 //   - on 403/429 with Retry-After it waits that long, and when
-//     X-RateLimit-Remaining is 0 it waits until X-RateLimit-Reset (both
-//     bounded by MaxWait and by the request's context), then retries;
+//     X-RateLimit-Remaining is 0 it waits until X-RateLimit-Reset, then
+//     retries; a wait longer than MaxWait, or one that would outlast the
+//     request's context, is not made: the refusal is returned at once, so
+//     the caller learns the reset (go-github's *RateLimitError) and can
+//     do other work meanwhile instead of blocking until its deadline;
 //   - mutating requests are made one at a time, at least Spacing apart;
 //   - GET answers are kept with their ETag and asked again with
-//     If-None-Match, so an unchanged answer (304) costs no rate limit.
+//     If-None-Match, so an unchanged answer (304) costs no rate limit; the
+//     replayed answer carries the 304's fresh rate-limit headers.
 type Transport struct {
 	Base    http.RoundTripper
 	Spacing time.Duration
@@ -102,13 +106,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		switch {
 		case r.StatusCode == http.StatusNotModified && etagged != nil:
 			r.Body.Close()
-			return replay(etagged.raw, req)
+			out, err := replay(etagged.raw, req)
+			if err == nil {
+				for _, h := range rateHeaders {
+					if v := r.Header.Get(h); v != "" {
+						out.Header.Set(h, v)
+					}
+				}
+			}
+			return out, err
 		case r.StatusCode == http.StatusForbidden || r.StatusCode == http.StatusTooManyRequests:
 			wait, limited := rateLimitWait(r.Header)
 			if !limited || try >= attempts {
 				return r, nil
 			}
 			if t.MaxWait > 0 && wait > t.MaxWait {
+				return r, nil
+			}
+			if deadline, ok := req.Context().Deadline(); ok && time.Until(deadline) < wait {
 				return r, nil
 			}
 			r.Body.Close()
@@ -176,6 +191,9 @@ func replay(raw []byte, req *http.Request) (*http.Response, error) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return r, nil
 }
+
+// rateHeaders are the primary rate limit's headers.
+var rateHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "X-RateLimit-Used", "X-RateLimit-Resource"}
 
 func mutating(m string) bool {
 	return m == http.MethodPost || m == http.MethodPatch || m == http.MethodPut || m == http.MethodDelete
