@@ -65,6 +65,66 @@ type Engine struct {
 	// ReportEvery is how often a wait says what it still waits for. Zero
 	// means 30s.
 	ReportEvery time.Duration
+	// Holder describes this run in the cluster's mutation lock, for
+	// example "taloscluster converge"; empty means the kind of run and the
+	// commit.
+	Holder string
+	// WaitLock makes Converge and Destroy wait, bounded by their context,
+	// for a mutation lock another run holds, instead of failing at once
+	// with a state.LockedError.
+	WaitLock bool
+}
+
+// Locker is an optional capability of the Engine's State: one mutating run
+// (converge, destroy) per cluster at a time, across processes. Converge
+// and Destroy take the lock before their first read that could lead to a
+// mutation and hold it to their end; plans never take it.
+type Locker interface {
+	// Lock takes the mutation lock of cluster for holder. When another run
+	// holds it, Lock fails at once with a *state.LockedError naming that
+	// run and since when, or with wait keeps trying until it gets the lock
+	// or ctx ends. The returned context is ctx's child for the run: it
+	// ends, with the cause state.ErrLockLost, if the lock is lost (a Lease
+	// that could not be renewed in time), so the run stops mutating.
+	// release frees the lock; it must be called once the run is over.
+	Lock(ctx context.Context, cluster, holder string, wait bool) (held context.Context, release func(), err error)
+}
+
+// locked runs f holding the cluster's mutation lock when the State can
+// lock.
+func (e *Engine) locked(ctx context.Context, kind string, f func(context.Context) error) error {
+	l, ok := e.State.(Locker)
+	if !ok {
+		return f(ctx)
+	}
+	holder := e.Holder
+	if holder == "" {
+		holder = kind
+		if e.Commit != "" {
+			holder += " of commit " + e.Commit[:min(len(e.Commit), 12)]
+		}
+	}
+	held, release, err := l.Lock(ctx, e.Key, holder, false)
+	var busy *state.LockedError
+	if errors.As(err, &busy) && e.WaitLock {
+		busy.Cluster = e.Cluster.Name
+		e.say(plan.PhaseValidate, "%s: waiting for it to finish", busy)
+		held, release, err = l.Lock(ctx, e.Key, holder, true)
+	}
+	if err != nil {
+		if errors.As(err, &busy) {
+			// The message names the cluster, not the state key.
+			busy.Cluster = e.Cluster.Name
+			return retry.Transient(err)
+		}
+		return fmt.Errorf("taking the mutation lock of cluster %s: %w", e.Cluster.Name, err)
+	}
+	defer release()
+	err = f(held)
+	if cause := context.Cause(held); err != nil && errors.Is(cause, state.ErrLockLost) {
+		return retry.Transient(fmt.Errorf("%w; the run stopped: %w", cause, err))
+	}
+	return err
 }
 
 func (e *Engine) say(phase plan.Phase, format string, args ...any) {
@@ -155,7 +215,8 @@ func (e *Engine) observe(ctx context.Context) (*Desired, *Observation, error) {
 }
 
 // Converge observes the cluster, plans, and runs exactly the plan's steps
-// in order. A plan with refusals changes nothing.
+// in order. A plan with refusals changes nothing. When the State is a
+// Locker, the whole run holds the cluster's mutation lock.
 func (e *Engine) Converge(ctx context.Context) error {
 	e.say(plan.PhaseValidate, "checking credentials and reading the cluster")
 	if probs := e.Cluster.Credentials(); len(probs) > 0 {
@@ -165,6 +226,10 @@ func (e *Engine) Converge(ctx context.Context) error {
 		}
 		return fmt.Errorf("credentials: %s", strings.Join(msgs, "; "))
 	}
+	return e.locked(ctx, "converge", e.converge)
+}
+
+func (e *Engine) converge(ctx context.Context) error {
 	if err := e.interrupted(ctx); err != nil {
 		return err
 	}
@@ -279,12 +344,17 @@ func (e *Engine) PlanDestroy(ctx context.Context) (*plan.Plan, error) {
 
 // Destroy runs the destroy plan: the cluster's machines and resources,
 // then its state (the identity last, once nothing is left that it could
-// rebuild). Approve, when set, sees the plan first.
+// rebuild). Approve, when set, sees the plan first. When the State is a
+// Locker, the whole run holds the cluster's mutation lock.
 func (e *Engine) Destroy(ctx context.Context) error {
 	e.say(plan.PhaseDestroy, "destroying cluster %s", e.Cluster.Name)
 	if probs := e.Cluster.Credentials(); len(probs) > 0 {
 		return fmt.Errorf("credentials: %s", probs[0])
 	}
+	return e.locked(ctx, "destroy", e.destroy)
+}
+
+func (e *Engine) destroy(ctx context.Context) error {
 	p, err := e.PlanDestroy(ctx)
 	if err != nil {
 		return err

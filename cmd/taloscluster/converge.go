@@ -43,18 +43,20 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 
 func newConverge() *cobra.Command {
 	var (
-		dir         string
-		yes, dryRun bool
-		output      string
+		dir               string
+		yes, dryRun, wait bool
+		output            string
 	)
 	cmd := &cobra.Command{
-		Use:     "converge [-C DIR] [--yes] [--dry-run]",
+		Use:     "converge [-C DIR] [--yes] [--dry-run] [--wait]",
 		Aliases: []string{"sync", "apply"},
 		Short:   "Make the cluster match cluster.yaml",
 		Long: "Converge observes the cluster, plans, and runs exactly the steps of that plan,\n" +
 			"in order: the plan `taloscluster plan` shows. A plan with refusals changes\n" +
 			"nothing. Before the first step that deletes a machine it asks on a terminal;\n" +
-			"without a terminal it refuses such a plan unless --yes is given. --dry-run is plan.",
+			"without a terminal it refuses such a plan unless --yes is given. --dry-run is plan.\n" +
+			"One converge or destroy of a cluster runs at a time: another one fails at once\n" +
+			"naming the run that holds the cluster, or waits for it with --wait.",
 		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, warnings, err := loadClusterQuiet(dir, cmd.ErrOrStderr(), output)
@@ -74,6 +76,7 @@ func newConverge() *cobra.Command {
 			if !yes {
 				e.Approve = func(p *plan.Plan) error { return approveDestructive(cmd, p) }
 			}
+			e.Holder, e.WaitLock = "taloscluster converge", wait
 			if err := e.Converge(cmd.Context()); err != nil {
 				if errors.Is(err, reconcile.ErrRefused) || errors.Is(err, reconcile.ErrUnreachable) {
 					return &exitError{code: 1, msg: err.Error()}
@@ -86,6 +89,7 @@ func newConverge() *cobra.Command {
 	dirFlag(cmd, &dir)
 	cmd.Flags().BoolVar(&yes, "yes", false, "run a plan that deletes machines without asking")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the plan and change nothing")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a converge or destroy of the cluster that is running to finish instead of failing")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan output format with --dry-run: text, json or markdown")
 	return cmd
 }

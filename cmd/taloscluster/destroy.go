@@ -12,17 +12,18 @@ import (
 
 func newDestroy() *cobra.Command {
 	var (
-		dir         string
-		yes, dryRun bool
-		output      string
+		dir               string
+		yes, dryRun, wait bool
+		output            string
 	)
 	cmd := &cobra.Command{
-		Use:   "destroy [-C DIR] [--yes] [--dry-run]",
+		Use:   "destroy [-C DIR] [--yes] [--dry-run] [--wait]",
 		Short: "Delete the cluster's machines, resources and local state",
 		Long: "Destroy deletes every machine of the cluster with its disks, its config ISOs and\n" +
 			"its resource pool, then kubeconfig, talosconfig and talossecrets.yaml. The shared\n" +
 			"boot ISO is kept. It asks for the cluster's name unless --yes is given; without\n" +
-			"a terminal to ask on and without --yes it stops (exit 130).",
+			"a terminal to ask on and without --yes it stops (exit 130). While a converge or\n" +
+			"destroy of the cluster runs, it fails at once naming that run, or waits with --wait.",
 		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := loadCluster(dir, cmd.ErrOrStderr())
@@ -49,12 +50,14 @@ func newDestroy() *cobra.Command {
 					return err
 				}
 			}
+			e.Holder, e.WaitLock = "taloscluster destroy", wait
 			return e.Destroy(cmd.Context())
 		},
 	}
 	dirFlag(cmd, &dir)
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for the cluster's name")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show what would be deleted and change nothing")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a converge or destroy of the cluster that is running to finish instead of failing")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format with --dry-run: text, json or markdown")
 	return cmd
 }

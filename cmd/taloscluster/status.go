@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -28,6 +29,15 @@ type clusterStatus struct {
 	Nodes     []statusNode    `json:"nodes" yaml:"nodes"`
 	// Problems are what could not be read; the rest is still reported.
 	Problems []string `json:"problems" yaml:"problems"`
+	// failed are the problems that make status exit 1: a read that
+	// failed, as opposed to a part that does not exist yet.
+	failed []string
+}
+
+// fail records a read that failed.
+func (st *clusterStatus) fail(msg string) {
+	st.Problems = append(st.Problems, msg)
+	st.failed = append(st.failed, msg)
 }
 
 type statusEndpoints struct {
@@ -55,7 +65,11 @@ func newStatus() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [-C DIR] [-o text|yaml|json]",
 		Short: "Show provider resources, endpoints and nodes",
-		Args:  argsUsage(cobra.NoArgs),
+		Long: "Status shows the provider's machines, the endpoints and the Kubernetes nodes.\n" +
+			"It prints what it could read and exits 1 when a part could not be read (the\n" +
+			"provider API unreachable or refusing the credentials, the Kubernetes API not\n" +
+			"answering), with the reason on stderr.",
+		Args: argsUsage(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "yaml" && output != "json" {
 				return &usageError{fmt.Errorf("unknown output format %q: use text, yaml or json", output)}
@@ -72,13 +86,20 @@ func newStatus() *cobra.Command {
 			out := cmd.OutOrStdout()
 			switch output {
 			case "yaml":
-				return yaml.NewEncoder(out).Encode(st)
+				err = yaml.NewEncoder(out).Encode(st)
 			case "json":
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				return enc.Encode(st)
+				err = enc.Encode(st)
+			default:
+				printStatus(cmd, st)
 			}
-			printStatus(cmd, st)
+			if err != nil {
+				return err
+			}
+			if len(st.failed) > 0 {
+				return &exitError{code: 1, msg: "reading the cluster: " + strings.Join(st.failed, "; ")}
+			}
 			return nil
 		},
 	}
@@ -96,7 +117,7 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 	st.Endpoints.KubernetesAPI, _ = reconcile.Endpoint(e.Cluster)
 	inv, err := e.Infra.Observe(ctx)
 	if err != nil {
-		st.Problems = append(st.Problems, err.Error())
+		st.fail(err.Error())
 	} else {
 		for _, m := range inv.Machines() {
 			sm := statusMachine{Name: m.Hostname, Role: string(m.Role), Running: m.Running, Addresses: []string{}}
@@ -129,12 +150,12 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 	}
 	kc, err := kube.New(kcData)
 	if err != nil {
-		st.Problems = append(st.Problems, err.Error())
+		st.fail(err.Error())
 		return st
 	}
 	nodes, err := kc.Nodes(ctx)
 	if err != nil {
-		st.Problems = append(st.Problems, err.Error())
+		st.fail(err.Error())
 		return st
 	}
 	for _, n := range nodes {
@@ -173,6 +194,8 @@ func printStatus(cmd *cobra.Command, st clusterStatus) {
 	}
 	tw.Flush()
 	for _, p := range st.Problems {
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", p)
+		if !slices.Contains(st.failed, p) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", p)
+		}
 	}
 }

@@ -70,25 +70,53 @@ func (p *Provider) Apply(ctx context.Context, want *reconcile.Desired, ch plan.C
 	case finalize:
 		return p.withVM(ctx, op.hostname, p.finalize)
 	case deleteVM:
-		return p.withVM(ctx, op.hostname, p.deleteVM)
+		return p.withVMID(ctx, op.hostname, op.id, p.deleteVM)
 	}
 	return fmt.Errorf("proxmox: no operation for %s %s", ch.Action, ch.Resource)
 }
 
 // withVM looks an owned VM up by hostname and runs f on it; a VM that is
-// gone fails the precondition.
+// gone, or that has a twin of the same name now, fails the precondition.
 func (p *Provider) withVM(ctx context.Context, hostname string, f func(context.Context, *vm) error) error {
-	inv, err := p.Observe(ctx)
+	obs, err := p.Observe(ctx)
 	if err != nil {
 		return err
 	}
-	v, ok := inv.(*inventory).owned[hostname]
+	inv := obs.(*inventory)
+	if dups, ok := inv.duplicates[hostname]; ok {
+		return fmt.Errorf("%w: %d VMs are named %s now (ids %s); none of them is changed", reconcile.ErrPrecondition, len(dups), hostname, vmIDs(dups))
+	}
+	v, ok := inv.owned[hostname]
 	if !ok {
 		return fmt.Errorf("%w: VM %s does not exist", reconcile.ErrPrecondition, hostname)
 	}
 	ctx, cancel := p.callCtx(ctx)
 	defer cancel()
 	return f(ctx, v)
+}
+
+// withVMID looks an owned VM up by id and runs f on it; a VM that is gone
+// or renamed fails the precondition.
+func (p *Provider) withVMID(ctx context.Context, hostname string, id int, f func(context.Context, *vm) error) error {
+	obs, err := p.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	v, ok := obs.(*inventory).vmByID(id)
+	if !ok || v.name != hostname {
+		return fmt.Errorf("%w: VM %d (%s) is not one of the cluster's VMs any more", reconcile.ErrPrecondition, id, hostname)
+	}
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	return f(ctx, v)
+}
+
+func vmIDs(vms []*vm) string {
+	ids := make([]string, len(vms))
+	for i, v := range vms {
+		ids[i] = strconv.Itoa(v.id)
+	}
+	return strings.Join(ids, ", ")
 }
 
 // warningsOnly reports whether a task error is a Proxmox task that ended
@@ -237,8 +265,16 @@ func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostna
 	if v, ok := inv.(*inventory).owned[hostname]; ok {
 		return fmt.Errorf("%w: VM %s exists now (id %d on %s); another run created it", reconcile.ErrPrecondition, hostname, v.id, v.node)
 	}
+	if dups, ok := inv.(*inventory).duplicates[hostname]; ok {
+		return fmt.Errorf("%w: %d VMs named %s exist now (ids %s); another run created them", reconcile.ErrPrecondition, len(dups), hostname, vmIDs(dups))
+	}
 	if id, ok := inv.(*inventory).foreign[hostname]; ok {
 		return fmt.Errorf("%w: a VM named %s (id %d) exists now and is not this cluster's", reconcile.ErrPrecondition, hostname, id)
+	}
+	for _, v := range inv.(*inventory).misplaced {
+		if v.name == hostname {
+			return fmt.Errorf("%w: a VM named %s (id %d) exists now and %s", reconcile.ErrPrecondition, hostname, v.id, v.reason)
+		}
 	}
 	i := slices.IndexFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == hostname })
 	if i < 0 {

@@ -4,25 +4,33 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 
-	"github.com/Telmate/proxmox-api-go/proxmox"
-
+	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 )
 
-// planDestroy deletes every owned VM (its disks with it), the config ISOs
-// left behind, and then the resource pool. The shared boot ISO stays.
+// planDestroy deletes every owned VM (its disks with it), each of the VMs
+// that share a hostname included, the config ISOs left behind, and then
+// the resource pool. The shared boot ISO stays, and so does a VM whose
+// pool and tags disagree about the cluster: it is not this cluster's.
 func (p *Provider) planDestroy(inv *inventory) []plan.Change {
 	var out []plan.Change
+	var vms []*vm
 	for _, name := range slices.Sorted(maps.Keys(inv.owned)) {
-		v := inv.owned[name]
+		vms = append(vms, inv.owned[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(inv.duplicates)) {
+		vms = append(vms, inv.duplicates[name]...)
+	}
+	for _, v := range vms {
 		out = append(out, plan.Change{Phase: plan.PhaseDestroy, Domain: plan.DomainProvider, Action: plan.ActionDelete,
-			Resource:   plan.Resource{Kind: plan.KindMachine, Name: name},
+			Resource:   plan.Resource{Kind: plan.KindMachine, Name: v.name},
 			Reason:     "destroy: the VM and its disks are deleted",
 			Attributes: []plan.Attribute{{Key: "node", Value: v.node}, {Key: "vmid", Value: fmt.Sprint(v.id)}},
-			Op:         deleteVM{hostname: name}})
+			Op:         deleteVM{hostname: v.name, id: v.id}})
 	}
 	if inv.poolExists {
 		out = append(out, plan.Change{Phase: plan.PhaseDestroy, Domain: plan.DomainProvider, Action: plan.ActionDelete,
@@ -53,11 +61,23 @@ func (p *Provider) deleteVM(ctx context.Context, v *vm) error {
 	return nil
 }
 
-// deletePool removes the cluster's pool; a pool already gone is fine.
+// deletePool removes the cluster's pool; a pool already gone is fine. A
+// pool that still holds a VM of another cluster is kept, and so is one
+// Proxmox finds not empty: the pool is deleted as it is, never emptied
+// first, so nothing that is not this cluster's is moved.
 func (p *Provider) deletePool(ctx context.Context) error {
+	obs, err := p.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	for _, v := range obs.(*inventory).misplaced {
+		if v.pool == p.poolName() {
+			return fmt.Errorf("%w: pool %s holds VM %d (%s), which %s; the pool is kept", reconcile.ErrPrecondition, p.poolName(), v.id, v.name, v.reason)
+		}
+	}
 	ctx, cancel := p.callCtx(ctx)
 	defer cancel()
-	if _, err := p.api.New().Pool.Delete(ctx, proxmox.PoolName(p.poolName())); err != nil && !strings.Contains(err.Error(), "does not exist") {
+	if err := p.api.Delete(ctx, "/pools/"+url.PathEscape(p.poolName())); err != nil && !strings.Contains(err.Error(), "does not exist") {
 		return fmt.Errorf("deleting pool %s: %w", p.poolName(), err)
 	}
 	return nil

@@ -37,7 +37,8 @@ type world struct {
 // newWorld starts a lab and writes a cluster directory pointing at it.
 func newWorld(t *testing.T, name string, workers int) *world {
 	t.Helper()
-	n := 60 + netSeq.Add(1)
+	// 127.111.0.0/24 upwards: clear of the networks other packages' tests use.
+	n := 110 + netSeq.Add(1)
 	clusterNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", n))
 	l, err := lab.Start(t.Context(), lab.Options{
 		Bridges:      map[string]netip.Prefix{"vmbr0": clusterNet},
@@ -56,13 +57,13 @@ func newWorld(t *testing.T, name string, workers int) *world {
 	return &world{lab: l, dir: dir, net: clusterNet, name: name}
 }
 
-func (w *world) engine(t *testing.T) *reconcile.Engine {
+func (w *world) engine(t *testing.T, opts ...proxmox.Option) *reconcile.Engine {
 	t.Helper()
 	c, warns, err := spec.Load(w.dir, spec.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := proxmox.New(c, os.DirFS(w.dir), nil)
+	p, err := proxmox.New(c, os.DirFS(w.dir), nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,8 +52,12 @@ type (
 	startVM struct{ hostname string }
 	// finalize detaches the boot and config ISOs and deletes the config ISO.
 	finalize struct{ hostname string }
-	// deleteVM stops and deletes a VM with its disks.
-	deleteVM struct{ hostname string }
+	// deleteVM stops and deletes a VM with its disks: the owned VM with
+	// that id, which must still have that name.
+	deleteVM struct {
+		hostname string
+		id       int
+	}
 	// deletePool deletes the emptied resource pool.
 	deletePool struct{}
 )
@@ -119,6 +123,17 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 	}
 	if px.Network.SDN != nil {
 		out = append(out, refuse(plan.KindVNet, px.Network.SDN.Name, "a managed SDN cluster network (proxmox.network.cluster.sdn) is not supported yet; use a bridge or an existing vnet"))
+	}
+	for _, name := range slices.Sorted(maps.Keys(inv.duplicates)) {
+		dups := inv.duplicates[name]
+		ids := make([]string, len(dups))
+		for i, v := range dups {
+			ids[i] = fmt.Sprintf("%d on %s", v.id, v.node)
+		}
+		out = append(out, refuse(plan.KindMachine, name, fmt.Sprintf("%d VMs of this cluster are named %s (ids %s): taloscluster cannot tell which one is the machine and changes none of them; delete or rename all but one", len(dups), name, strings.Join(ids, ", "))))
+	}
+	for _, v := range inv.misplaced {
+		out = append(out, refuse(plan.KindMachine, v.name, fmt.Sprintf("VM %d (%s on %s) %s: it is not this cluster's and is left alone; put it back in its own pool or correct its tags", v.id, v.name, v.node, v.reason)))
 	}
 	for _, m := range want.Machines {
 		if id, ok := inv.foreign[m.Hostname]; ok {
@@ -193,9 +208,17 @@ func (p *Provider) placement(want *reconcile.Desired, inv *inventory) (map[strin
 	for _, v := range inv.owned {
 		load[v.node]++
 	}
+	for _, dups := range inv.duplicates {
+		for _, v := range dups {
+			load[v.node]++
+		}
+	}
 	out := map[string]string{}
 	for _, m := range want.Machines {
 		if _, ok := inv.owned[m.Hostname]; ok {
+			continue
+		}
+		if _, ok := inv.duplicates[m.Hostname]; ok {
 			continue
 		}
 		if inv.offline {
@@ -300,6 +323,9 @@ func (p *Provider) planCompute(want *reconcile.Desired, inv *inventory) ([]plan.
 			Resource: plan.Resource{Kind: kind, Name: name}, Reason: reason, Expects: expects, Attributes: attrs, Op: op})
 	}
 	for _, m := range want.Machines {
+		if _, dup := inv.duplicates[m.Hostname]; dup {
+			continue // refused in the validate phase
+		}
 		pool := m.Pool
 		v, exists := inv.owned[m.Hostname]
 		if exists {
@@ -386,6 +412,9 @@ func (p *Provider) planExisting(m machineconfig.Machine, v *vm, desiredRules []f
 func (p *Provider) planFinalize(want *reconcile.Desired, inv *inventory) []plan.Change {
 	var out []plan.Change
 	for _, m := range want.Machines {
+		if _, dup := inv.duplicates[m.Hostname]; dup {
+			continue
+		}
 		v, ok := inv.owned[m.Hostname]
 		attached := !ok || strings.Contains(v.config["ide3"], cidataName(m.Hostname)) || strings.Contains(v.config["ide2"], ".iso")
 		if !attached || (ok && !v.running) {

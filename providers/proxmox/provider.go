@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -39,8 +40,9 @@ var _ reconcile.Infra = (*Provider)(nil)
 
 // New connects to the Proxmox API of cluster c. files is the cluster
 // directory (on disk or in a commit's tree): a relative tls_verify CA path
-// is read from it.
-func New(c *spec.Cluster, files fs.FS, log *slog.Logger) (*Provider, error) {
+// is read from it. Every API request is bounded by RequestTimeout (see
+// WithRequestTimeout), every call by CallTimeout.
+func New(c *spec.Cluster, files fs.FS, log *slog.Logger, opts ...Option) (*Provider, error) {
 	if c.Proxmox == nil {
 		return nil, fmt.Errorf("cluster %s has no proxmox section", c.Name)
 	}
@@ -52,7 +54,12 @@ func New(c *spec.Cluster, files fs.FS, log *slog.Logger) (*Provider, error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := proxmox.NewClient(px.APIURL(), nil, "", tlsCfg, "", int(CallTimeout/time.Second), false)
+	o := options{requestTimeout: RequestTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	hc := apiClient(&http.Transport{TLSClientConfig: tlsCfg}, o.requestTimeout)
+	api, err := proxmox.NewClient(px.APIURL(), hc, "", tlsCfg, "", int(CallTimeout/time.Second), false)
 	if err != nil {
 		return nil, fmt.Errorf("creating the Proxmox client for %s: %w", px.APIURL(), err)
 	}
@@ -157,33 +164,79 @@ type inventory struct {
 	clusterFirewall bool
 	poolExists      bool
 	poolComment     string
-	owned           map[string]*vm // by hostname
-	foreign         map[string]int // VMs with a desired name that are not ours: name -> vmid
-	isos            map[string]bool
+	owned           map[string]*vm // by hostname, when exactly one owned VM has it
+	// duplicates are owned VMs that share a hostname, by hostname (two or
+	// more each, by id): none of them is taken for the machine.
+	duplicates map[string][]*vm
+	// misplaced are VMs whose tags and pool disagree about their cluster:
+	// not this cluster's, and never touched.
+	misplaced []misplacedVM
+	foreign   map[string]int // VMs with a desired name that are not ours: name -> vmid
+	isos      map[string]bool
+}
+
+// misplacedVM is a VM that carries this cluster's ownership tags but sits
+// in another pool, or sits in this cluster's pool with another cluster's
+// tags.
+type misplacedVM struct {
+	id               int
+	name, node, pool string
+	reason           string // how its pool and tags disagree
 }
 
 // Empty returns the inventory of a cluster of which nothing exists, for an
 // offline plan: no node, pool, VM or ISO is known.
 func (p *Provider) Empty() reconcile.Inventory {
-	return &inventory{offline: true, owned: map[string]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}}
+	return newInventory(true)
 }
 
+func newInventory(offline bool) *inventory {
+	return &inventory{offline: offline, owned: map[string]*vm{}, duplicates: map[string][]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}}
+}
+
+// Machines lists the owned VMs by hostname; the VMs that share a hostname
+// are each listed, so none of them passes for the machine and every one
+// counts as existing.
 func (inv *inventory) Machines() []reconcile.Machine {
-	names := make([]string, 0, len(inv.owned))
-	for n := range inv.owned {
-		names = append(names, n)
+	var vms []*vm
+	for _, v := range inv.owned {
+		vms = append(vms, v)
 	}
-	slices.Sort(names)
-	out := make([]reconcile.Machine, 0, len(names))
-	for _, n := range names {
-		v := inv.owned[n]
+	for _, dups := range inv.duplicates {
+		vms = append(vms, dups...)
+	}
+	slices.SortFunc(vms, func(a, b *vm) int {
+		if c := strings.Compare(a.name, b.name); c != 0 {
+			return c
+		}
+		return a.id - b.id
+	})
+	out := make([]reconcile.Machine, 0, len(vms))
+	for _, v := range vms {
 		role := spec.RoleWorker
 		if slices.Contains(v.tags, "role_controlplane") {
 			role = spec.RoleControlPlane
 		}
-		out = append(out, reconcile.Machine{Hostname: n, Role: role, Running: v.running, Addresses: v.addresses, NoAddress: v.noAddress})
+		out = append(out, reconcile.Machine{Hostname: v.name, Role: role, Running: v.running, Addresses: v.addresses, NoAddress: v.noAddress})
 	}
 	return out
+}
+
+// vmByID returns the owned VM with id, duplicates included.
+func (inv *inventory) vmByID(id int) (*vm, bool) {
+	for _, v := range inv.owned {
+		if v.id == id {
+			return v, true
+		}
+	}
+	for _, dups := range inv.duplicates {
+		for _, v := range dups {
+			if v.id == id {
+				return v, true
+			}
+		}
+	}
+	return nil, false
 }
 
 // Observe reads the pool, the owned VMs with their config, firewall and
@@ -194,9 +247,12 @@ func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
 	}
 	ctx, cancel := p.callCtx(ctx)
 	defer cancel()
-	inv := &inventory{owned: map[string]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}}
+	inv := newInventory(false)
 	v, err := p.api.GetVersion(ctx)
 	if err != nil {
+		if refused(err) {
+			return nil, fmt.Errorf("reading the Proxmox version at %s: the API token %s was refused (check proxmox.token_id and proxmox.token_secret): %w", p.c.Proxmox.APIURL(), p.c.Proxmox.TokenID, err)
+		}
 		return nil, fmt.Errorf("reading the Proxmox version at %s: %w", p.c.Proxmox.APIURL(), err)
 	}
 	inv.version = v.String()
@@ -241,6 +297,7 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
 	for _, m := range machineconfig.Machines(p.c) {
 		desired[m.Hostname] = true
 	}
+	byName := map[string][]*vm{}
 	for _, item := range list {
 		m, _ := item.(map[string]any)
 		if str(m["type"]) != "qemu" {
@@ -248,10 +305,13 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
 		}
 		name := str(m["name"])
 		tags := splitTags(str(m["tags"]))
-		owned := str(m["pool"]) == p.poolName() ||
-			(slices.Contains(tags, "taloscluster") && slices.Contains(tags, "cluster_"+p.c.Name))
 		id := num(m["vmid"])
-		if !owned {
+		ours, conflict := p.claim(str(m["pool"]), tags)
+		switch {
+		case conflict != "":
+			inv.misplaced = append(inv.misplaced, misplacedVM{id: id, name: name, node: str(m["node"]), pool: str(m["pool"]), reason: conflict})
+			continue
+		case !ours:
 			if desired[name] {
 				inv.foreign[name] = id
 			}
@@ -261,9 +321,52 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
 		if err := p.observeVM(ctx, v); err != nil {
 			return err
 		}
-		inv.owned[v.name] = v
+		byName[v.name] = append(byName[v.name], v)
 	}
+	for name, vms := range byName {
+		if len(vms) == 1 {
+			inv.owned[name] = vms[0]
+			continue
+		}
+		slices.SortFunc(vms, func(a, b *vm) int { return a.id - b.id })
+		inv.duplicates[name] = vms
+	}
+	slices.SortFunc(inv.misplaced, func(a, b misplacedVM) int { return a.id - b.id })
 	return nil
+}
+
+// claim decides from a VM's pool and tags whether it is this cluster's:
+// it is when it is in the cluster's pool and no tag names another cluster,
+// or carries the cluster's tags (taloscluster, cluster_<name>) and is in
+// no pool (a VM that left its pool is still found). A VM whose pool and
+// tags disagree about this cluster (the cluster's tags in another pool, or
+// another cluster's tags in this cluster's pool) is not this cluster's
+// either: conflict says why, and the VM is refused, never adopted.
+func (p *Provider) claim(pool string, tags []string) (ours bool, conflict string) {
+	managed := slices.Contains(tags, "taloscluster")
+	ourTags := managed && slices.Contains(tags, "cluster_"+p.c.Name)
+	other := ""
+	if managed {
+		for _, t := range tags {
+			if c, ok := strings.CutPrefix(t, "cluster_"); ok && c != p.c.Name {
+				other = c
+				break
+			}
+		}
+	}
+	switch {
+	case pool == p.poolName() && other == "":
+		return true, ""
+	case pool == p.poolName():
+		return false, fmt.Sprintf("is in this cluster's pool %s but its tags name cluster %s", pool, other)
+	case ourTags && pool == "":
+		return true, ""
+	case ourTags && strings.HasPrefix(pool, "taloscluster-"):
+		return false, fmt.Sprintf("carries this cluster's tags but is in pool %s, another cluster's", pool)
+	case ourTags:
+		return false, fmt.Sprintf("carries this cluster's tags but is in pool %s, not %s", pool, p.poolName())
+	}
+	return false, ""
 }
 
 func (p *Provider) observeVM(ctx context.Context, v *vm) error {
@@ -365,6 +468,16 @@ func (p *Provider) observeISOs(ctx context.Context, inv *inventory) error {
 		}
 	}
 	return nil
+}
+
+// refused reports whether the API refused the credentials (401).
+func refused(err error) bool {
+	var ptr *proxmox.ApiError
+	if errors.As(err, &ptr) {
+		return ptr.Code == "401"
+	}
+	var val proxmox.ApiError
+	return errors.As(err, &val) && val.Code == "401"
 }
 
 func str(v any) string {

@@ -138,6 +138,23 @@ func (s *DirStore) Delete(ctx context.Context, cluster, name string) error {
 	return syncDir(filepath.Dir(path))
 }
 
+// Lock takes the mutation lock of a cluster for holder (for example
+// "agent converge"): an advisory lock on LockFile in the cluster's
+// directory, held until release is called or the process ends. When
+// another run holds it, Lock fails at once with a LockedError naming that
+// run, or with wait keeps trying, with backoff, until it gets the lock or
+// ctx ends. The returned context is ctx's child, ended by release.
+func (s *DirStore) Lock(ctx context.Context, cluster, holder string, wait bool) (context.Context, func(), error) {
+	dir, err := s.Dir(cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ensureDir(dir); err != nil {
+		return nil, nil, err
+	}
+	return holdFile(ctx, filepath.Join(dir, LockFile), cluster, holder, wait, s.now)
+}
+
 // dirLocks serialises journal updates per cluster directory within the
 // process, whichever DirStore makes them.
 var dirLocks sync.Map // absolute directory -> *sync.Mutex

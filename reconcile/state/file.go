@@ -2,7 +2,9 @@
 // (talossecrets.yaml), which is irreplaceable, and the derived client files
 // (talosconfig, kubeconfig). Every write is atomic, so a crash never leaves
 // a half-written file, and the identity is only ever created, never
-// overwritten.
+// overwritten. The backends also lock a cluster for one mutating run at a
+// time, across processes: an advisory file lock in a directory (Local,
+// DirStore), a coordination.k8s.io/v1 Lease in Kubernetes (KubeStore).
 package state
 
 import (

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/taloscluster/taloscluster/reconcile/retry"
@@ -62,6 +63,10 @@ type KubeOptions struct {
 	// Logger receives debug records of writes and conflicts (names and
 	// resource versions, never data); nil discards them.
 	Logger *slog.Logger
+	// LeaseDuration is how long a cluster's mutation Lease stays valid
+	// without renewal; zero means DefaultLeaseDuration. It is rounded up to
+	// whole seconds.
+	LeaseDuration time.Duration
 }
 
 // KubeStore keeps each cluster's state in one Secret of a namespace, one
@@ -78,8 +83,10 @@ type KubeOptions struct {
 // never logged.
 type KubeStore struct {
 	secrets   corev1client.SecretInterface
+	leases    coordinationv1client.LeaseInterface
 	namespace string
 	timeout   time.Duration
+	leaseFor  time.Duration
 	logger    *slog.Logger
 	now       func() time.Time
 }
@@ -98,10 +105,15 @@ func NewKubeStore(client kubernetes.Interface, opts KubeOptions) (*KubeStore, er
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = DefaultLeaseDuration
+	}
 	return &KubeStore{
 		secrets:   client.CoreV1().Secrets(opts.Namespace),
+		leases:    client.CoordinationV1().Leases(opts.Namespace),
 		namespace: opts.Namespace,
 		timeout:   opts.Timeout,
+		leaseFor:  wholeSeconds(opts.LeaseDuration),
 		logger:    logger,
 		now:       time.Now,
 	}, nil

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Local keeps one cluster's state as files in one directory: the CLI's
@@ -69,4 +70,17 @@ func (l Local) Delete(_ context.Context, _, name string) error {
 		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
+}
+
+// Lock takes the mutation lock of the cluster in Dir for holder (for
+// example "taloscluster converge"): an advisory lock on LockFile in Dir,
+// held until release is called or the process ends. When another run
+// holds it, Lock fails at once with a LockedError naming that run, or with
+// wait keeps trying, with backoff, until it gets the lock or ctx ends. The
+// returned context is ctx's child, ended by release.
+func (l Local) Lock(ctx context.Context, cluster, holder string, wait bool) (context.Context, func(), error) {
+	if cluster == "" {
+		cluster = l.Dir
+	}
+	return holdFile(ctx, filepath.Join(l.Dir, LockFile), cluster, holder, wait, time.Now)
 }

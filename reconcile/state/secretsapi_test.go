@@ -1,7 +1,9 @@
 package state_test
 
 // The lab's Kubernetes emulator (lab/kube) serves nodes, pods, budgets and
-// namespaces but not Secrets, so KubeStore is tested against secretsAPI: a
+// namespaces but not Secrets or Leases, so KubeStore is tested against
+// secretsAPI (which also serves the Leases of KubeStore.Lock, see
+// leaseapi_test.go): a
 // minimal Secrets endpoint of the core/v1 API that client-go talks to
 // unchanged, over TLS. It serves create, get, update and delete of
 // namespaced Secrets with the semantics of kube-apiserver that KubeStore
@@ -41,6 +43,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,12 +84,20 @@ type secretsAPI struct {
 	faults map[string][]int
 	// hold makes write requests wait until the client goes away.
 	hold bool
+
+	// leases are the coordination.k8s.io/v1 Leases (leaseapi_test.go).
+	leases map[string]*coordinationv1.Lease
+	// leaseFaults answer the next Lease requests of a method with a status
+	// code instead of serving them.
+	leaseFaults map[string][]int
 }
 
 func newSecretsAPI(t *testing.T) *secretsAPI {
 	t.Helper()
-	a := &secretsAPI{secrets: map[string]*corev1.Secret{}, faults: map[string][]int{}}
+	a := &secretsAPI{secrets: map[string]*corev1.Secret{}, faults: map[string][]int{},
+		leases: map[string]*coordinationv1.Lease{}, leaseFaults: map[string][]int{}}
 	mux := http.NewServeMux()
+	a.routeLeases(mux)
 	mux.HandleFunc("POST /api/v1/namespaces/{ns}/secrets", a.create)
 	mux.HandleFunc("GET /api/v1/namespaces/{ns}/secrets/{name}", a.get)
 	mux.HandleFunc("PUT /api/v1/namespaces/{ns}/secrets/{name}", a.replace)

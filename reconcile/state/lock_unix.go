@@ -1,0 +1,87 @@
+//go:build unix
+
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// lockFile tries once to take the advisory lock (flock LOCK_EX) on the
+// lock file at path and writes the holder record of command into it. The
+// kernel drops the lock when the descriptor is closed, however the process
+// ends. A lock another process holds gives a LockedError with its record.
+func lockFile(path, cluster, command string, now time.Time) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the lock file of cluster %q: %w", cluster, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			data, _ := io.ReadAll(io.LimitReader(f, 4096))
+			return nil, &LockedError{Cluster: cluster, Holder: decodeHolder(data)}
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	// The file may have been removed by the holder that released it
+	// between our open and our lock: then we hold a lock nobody else can
+	// see, so start again with the file that is there now.
+	if !samePath(f, path) {
+		f.Close()
+		return nil, errRetryNow
+	}
+	h := newHolder(command, now)
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing the holder of %s: %w", path, err)
+	}
+	if _, err := f.WriteAt(h.encode(), 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing the holder of %s: %w", path, err)
+	}
+	_ = f.Sync()
+	return f, nil
+}
+
+// samePath reports whether path still names the open file f.
+func samePath(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	pi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, pi)
+}
+
+// holdFile takes the lock file at path for command, with acquire's
+// waiting, and returns the run's context and release.
+func holdFile(ctx context.Context, path, cluster, command string, wait bool, now func() time.Time) (context.Context, func(), error) {
+	var f *os.File
+	err := acquire(ctx, wait, func() error {
+		var err error
+		f, err = lockFile(path, cluster, command, now())
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	held, cancel := context.WithCancel(ctx)
+	release := sync.OnceFunc(func() {
+		cancel()
+		// Remove the file while the lock is held, so the next run makes a
+		// fresh one; a run that opened this one meanwhile sees it gone and
+		// starts again (samePath).
+		if samePath(f, path) {
+			_ = os.Remove(path)
+		}
+		_ = f.Close()
+	})
+	return held, release, nil
+}
