@@ -139,7 +139,7 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // spacing must be positive (any duration is); GitHub asks for at least a
 // second, the default.
 const (
-	MinPollInterval  = 5 * time.Second
+	MinPollInterval  = 2 * time.Second
 	MinDriftInterval = time.Minute
 )
 

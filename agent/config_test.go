@@ -42,9 +42,9 @@ func TestLoadConfigRefuses(t *testing.T) {
 	}{
 		{"too frequent", strings.Replace(minimalConfig, "  url: https://git", "  poll_interval: 1ns\n  url: https://git", 1) +
 			"drift_interval: 1s\n",
-			[]string{"repository.poll_interval 1ns is below the minimum of 5s", "drift_interval 1s is below the minimum of 1m0s"}},
-		{"just below", strings.Replace(minimalConfig, "  url: https://git", "  poll_interval: 4.9s\n  url: https://git", 1),
-			[]string{"repository.poll_interval 4.9s is below the minimum of 5s"}},
+			[]string{"repository.poll_interval 1ns is below the minimum of 2s", "drift_interval 1s is below the minimum of 1m0s"}},
+		{"just below", strings.Replace(minimalConfig, "  url: https://git", "  poll_interval: 1.9s\n  url: https://git", 1),
+			[]string{"repository.poll_interval 1.9s is below the minimum of 2s"}},
 		{"zero spacing", strings.Replace(minimalConfig, "  repo: org", "  mutation_spacing: 0s\n  repo: org", 1), []string{"positive duration"}},
 		{"bad endpoints", minimalConfig + "allowed_endpoints:\n  - https://pve.example:8006\n  - http://pve.example:8006\n" +
 			"  - https://pve.example:8006@evil.example\n  - https://pve.example:99999\n  - https://pve.example/?x=1\n  - pve.example\n",
