@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/netip"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -107,7 +105,7 @@ func TestConvergeAndDestroyTakeTheClusterLock(t *testing.T) {
 
 	// converge --wait waits for the holder, saying whom it waits for, and
 	// runs once the lock is released.
-	var stdout, stderr outBuffer
+	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(t.Context(), []string{"converge", "--yes", "--wait", "-C", dir}, &stdout, &stderr) }()
 	deadline := time.Now().Add(time.Minute)
@@ -143,22 +141,4 @@ func TestConvergeAndDestroyTakeTheClusterLock(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, state.LockFile)); !os.IsNotExist(err) {
 		t.Errorf("the lock file is left behind: %v", err)
 	}
-}
-
-// outBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type outBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *outBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *outBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
