@@ -246,7 +246,7 @@ func (e *Engine) converge(ctx context.Context) error {
 		unreachable := false
 		for i, r := range p.Refusals {
 			reasons[i] = r.Resource.String() + ": " + r.Reason
-			unreachable = unreachable || r.Resource.Name == "kubernetes-api"
+			unreachable = unreachable || r.Resource.Name == unreachableAPI
 		}
 		if unreachable {
 			// The API may answer again: worth another try later.

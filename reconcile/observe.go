@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -370,11 +369,4 @@ func controlPlanes(want *Desired) []string {
 // owned reports whether the inventory holds a machine of that hostname.
 func owned(inv Inventory, hostname string) bool {
 	return slices.ContainsFunc(inv.Machines(), func(m Machine) bool { return m.Hostname == hostname })
-}
-
-func (n NodeFacts) String() string {
-	if n.Unknown != "" {
-		return fmt.Sprintf("%s: unknown (%s)", n.Address, n.Unknown)
-	}
-	return fmt.Sprintf("%s: Talos %s", n.Address, n.Version)
 }

@@ -329,6 +329,10 @@ func refuseConfigs(p *plan.Plan, want *Desired, obs *Observation) error {
 	return nil
 }
 
+// unreachableAPI names the refusal of a bootstrapped cluster whose
+// Kubernetes API does not answer.
+const unreachableAPI = "kubernetes-api"
+
 // refuseUnreachable refuses to touch a cluster that was bootstrapped but
 // whose Kubernetes API does not answer: creating, bootstrapping or checking
 // health all need it.
@@ -340,7 +344,7 @@ func refuseUnreachable(p *plan.Plan, obs *Observation) {
 	if !obs.State.Kubeconfig && !etcdUp {
 		return
 	}
-	p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "kubernetes-api"},
+	p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: unreachableAPI},
 		"the cluster was bootstrapped but its Kubernetes API does not answer ("+obs.Kube.Unknown+"): converge will not create machines, bootstrap or check health; investigate the cluster and run again")
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,15 +58,7 @@ const (
 
 func newAgentWorld(t *testing.T, net string) *agentWorld {
 	t.Helper()
-	l, err := lab.Start(t.Context(), lab.Options{
-		Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix(net)},
-		TaskDuration: -1, BootDelay: 20 * time.Millisecond, InstallDelay: 20 * time.Millisecond,
-		RebootDelay: 20 * time.Millisecond, ReadyDelay: 50 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(l.Close)
+	l := startLab(t, net)
 	f, err := forge.New(forge.Options{Dir: t.TempDir(), Users: []forge.User{
 		{Login: "taloscluster-bot", Token: agentToken}, {Login: "alice", Token: aliceToken}, {Login: "mallory", Token: malloryToken},
 	}})

@@ -15,8 +15,9 @@ import (
 	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
-// labCluster starts a lab on net and writes a cluster directory for it.
-func labCluster(t *testing.T, net, name string, workers int) (*lab.Lab, string) {
+// startLab starts a fast lab whose bridge vmbr0 is on net; the test
+// closes it.
+func startLab(t *testing.T, net string) *lab.Lab {
 	t.Helper()
 	l, err := lab.Start(t.Context(), lab.Options{
 		Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix(net)},
@@ -27,6 +28,13 @@ func labCluster(t *testing.T, net, name string, workers int) (*lab.Lab, string) 
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Close)
+	return l
+}
+
+// labCluster starts a lab on net and writes a cluster directory for it.
+func labCluster(t *testing.T, net, name string, workers int) (*lab.Lab, string) {
+	t.Helper()
+	l := startLab(t, net)
 	dir := t.TempDir()
 	if err := l.WriteCluster(dir, lab.Cluster{Name: name, Workers: workers, Bridge: "vmbr0"}); err != nil {
 		t.Fatal(err)
