@@ -19,6 +19,7 @@ import (
 	"github.com/taloscluster/taloscluster/report"
 	gh "github.com/taloscluster/taloscluster/report/github"
 	"github.com/taloscluster/taloscluster/report/metrics"
+	"github.com/taloscluster/taloscluster/report/outbox"
 )
 
 // Repo is the cluster repository as the agent reads it (gitsync.Repo).
@@ -37,7 +38,9 @@ type Forge interface {
 	Permission(ctx context.Context, user string) (string, error)
 	SetStatus(ctx context.Context, sha, context, state, description, targetURL string) error
 	UpsertComments(ctx context.Context, pr int, bodies []string) error
-	Comment(ctx context.Context, pr int, body string) error
+	// Comment posts a one-off comment, unless one marked with key is on
+	// the pull request already.
+	Comment(ctx context.Context, pr int, key, body string) error
 	MergedPR(ctx context.Context, sha string) (int, bool, error)
 	Reachable(ctx context.Context) error
 }
@@ -85,10 +88,9 @@ type Agent struct {
 
 	// allowed is cfg.AllowedEndpoints parsed.
 	allowed []endpoint
-	// out holds the statuses and comments waiting for GitHub's rate limit;
-	// statusMu keeps the statuses of one commit and context in order.
-	out      outbox
-	statusMu sync.Mutex
+	// reports holds the statuses and comments owed to GitHub until they
+	// are delivered.
+	reports *outbox.Outbox
 	// quiet keeps lasting conditions from being logged on every poll.
 	quiet quietLog
 
@@ -121,6 +123,16 @@ type Deps struct {
 	Metrics  *metrics.Metrics
 	Redact   *report.Redactor
 	Log      *slog.Logger
+	// Outbox keeps the reports owed to GitHub (see OpenOutbox); nil keeps
+	// them in memory only.
+	Outbox *outbox.Outbox
+}
+
+// OpenOutbox opens the agent's report outbox kept in store (the state
+// backend), with the retry classification the agent uses and cfg's
+// ReportRetry.
+func OpenOutbox(ctx context.Context, cfg *Config, store outbox.Store, log *slog.Logger) (*outbox.Outbox, error) {
+	return outbox.Open(ctx, outbox.Options{Store: store, Log: log, Transient: gh.Retryable, Retry: cfg.ReportRetry})
 }
 
 // New returns an agent for cfg.
@@ -128,8 +140,11 @@ func New(cfg *Config, d Deps) *Agent {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
+	if d.Outbox == nil {
+		d.Outbox, _ = OpenOutbox(context.Background(), cfg, nil, d.Log) // in memory: cannot fail
+	}
 	a := &Agent{cfg: cfg, repo: d.Repo, forge: d.Forge, runner: d.Runner, progress: d.Progress, metrics: d.Metrics,
-		redact: d.Redact, log: d.Log, planned: map[int]string{}, untrusted: map[int]string{},
+		redact: d.Redact, log: d.Log, reports: d.Outbox, planned: map[int]string{}, untrusted: map[int]string{},
 		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
 		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{},
 		retry: retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
@@ -173,7 +188,7 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // Poll runs one cycle: fetch, converge what changed on the default branch,
-// post what waited for GitHub's rate limit, list the open pull requests
+// deliver the reports that are due, list the open pull requests
 // and plan their new heads, check drift. Fetching and converging need no
 // GitHub API: the fetch asks for the pull requests listed last, and a
 // failed or rate-limited listing only holds up planning.
@@ -189,7 +204,7 @@ func (a *Agent) Poll(ctx context.Context) error {
 		return err
 	}
 	a.probeLimit(ctx)
-	a.flush(ctx)
+	a.deliver(ctx)
 	prErr := a.pullRequests(ctx, heads, known)
 	a.mu.Lock()
 	head := a.defaultHead
@@ -608,30 +623,21 @@ func (a *Agent) planPR(p gh.PR, base string, clusters []string) func(ctx context
 			return 0
 		}
 		todo = next
-		// The statuses come after the comment: a final status means the
-		// plan can be read.
-		defer func() {
-			for _, set := range statuses {
-				set()
-			}
-		}()
 		sections := make([]gh.Section, len(results))
 		for i, r := range results {
 			sections[i] = r.sec
 		}
 		header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
-		if err := a.forge.UpsertComments(ctx, p.Number, gh.Compose(header, sections, 0)); err != nil {
-			if !a.noteAPI(err) {
-				a.log.Error("posting the plan comment; the next poll tries again", "pr", p.Number, "error", a.redact.String(err.Error()))
-			}
-			a.mu.Lock()
-			if a.planned[p.Number] == p.Head {
-				delete(a.planned, p.Number)
-			}
-			a.mu.Unlock()
-			return again
+		// The statuses are queued after the comment, on the same commit, so
+		// a final status is never posted before the plan it describes.
+		a.reports.Add(ctx, outbox.Report{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
+			Bodies: gh.Compose(header, sections, 0)})
+		for _, set := range statuses {
+			set()
 		}
-		// What the comment now shows is what a merge is checked against.
+		a.deliver(ctx)
+		// What the comment shows (now, or once GitHub takes it) is what a
+		// merge is checked against. Its green status cannot come first.
 		for i, c := range clusters {
 			a.rememberShown(c, p.Number, p.Head, results[i].plan)
 		}
@@ -642,7 +648,7 @@ func (a *Agent) planPR(p gh.PR, base string, clusters []string) func(ctx context
 // clusterPlan is the outcome of planning one cluster of a pull request.
 type clusterPlan struct {
 	sec gh.Section
-	// status sets the cluster's plan status.
+	// status queues the cluster's plan status.
 	status func()
 	// plan is the plan shown, nil when the section shows none.
 	plan *plan.Plan
@@ -662,7 +668,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 		if a.metrics != nil {
 			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 		}
-		return clusterPlan{sec: sec, status: func() { a.setStatus(ctx, p.Head, statusCtx, gh.StateFailure, desc, "") }}
+		return clusterPlan{sec: sec, status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StateFailure, desc, "") }}
 	}
 	why, err := a.endpointPolicy(p.Head, base, cluster)
 	if err != nil {
@@ -701,7 +707,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 				a.metrics.RunFinished(metrics.KindPlan, cluster, metrics.ResultRetried, time.Since(started))
 			}
 			return clusterPlan{sec: sec, retry: wait,
-				status: func() { a.setStatus(ctx, p.Head, statusCtx, gh.StatePending, desc, "") }}
+				status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StatePending, desc, "") }}
 		case transient || attempt > 1:
 			return fail(metrics.ResultFailure, attemptDescription(attempt, a.retry.Attempts, reason, ""), msg)
 		}
@@ -726,7 +732,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
 	})
 	return clusterPlan{sec: sec, plan: pl,
-		status: func() { a.setStatus(ctx, p.Head, statusCtx, state, desc, a.link(id)) }}
+		status: func() { a.queueStatus(ctx, p.Head, statusCtx, state, desc, a.link(id)) }}
 }
 
 // endpointPolicy says why a pull request must not point a cluster's
@@ -889,6 +895,9 @@ func (a *Agent) Status() httpapi.StatusPage {
 				Attempt: j.Attempt, NotBefore: j.NotBefore})
 		}
 	}
+	r := a.reports.Pending()
+	page.Reports = httpapi.ReportsStatus{Pending: r.Count, Oldest: r.Oldest, Failing: r.Failing,
+		LastError: a.redact.String(r.LastError), Dropped: r.Dropped, SaveError: a.redact.String(r.SaveError)}
 	return page
 }
 

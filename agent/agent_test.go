@@ -93,6 +93,8 @@ type fakeForge struct {
 	statuses     []status
 	comments     map[int][]string // one-off comments
 	plans        map[int][]string // the plan comment, as last upserted
+	// failUpserts fails the next plan comment upserts with a 502.
+	failUpserts int
 }
 
 // limited returns the rate-limit error for a call of op while the limit
@@ -154,11 +156,15 @@ func (f *fakeForge) UpsertComments(_ context.Context, pr int, bodies []string) e
 	if err := f.limited("UpsertComments"); err != nil {
 		return err
 	}
+	if f.failUpserts > 0 {
+		f.failUpserts--
+		return errors.New("PATCH comment: 502 Bad Gateway")
+	}
 	f.plans[pr] = slices.Clone(bodies)
 	return nil
 }
 
-func (f *fakeForge) Comment(_ context.Context, pr int, body string) error {
+func (f *fakeForge) Comment(_ context.Context, pr int, _, body string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.limited("Comment"); err != nil {
@@ -823,5 +829,36 @@ func TestHumanDuration(t *testing.T) {
 		if got := agent.HumanDuration(tc.d); got != tc.want {
 			t.Errorf("HumanDuration(%v) = %q, want %q", tc.d, got, tc.want)
 		}
+	}
+}
+
+// A plan status never reaches a pull request before the plan comment it
+// summarises: when GitHub refuses the comment, the status waits with it
+// in the outbox, and both are posted, comment first, on a later poll.
+func TestPlanStatusWaitsForItsComment(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *agent.Config) {
+		c.ReportRetry = retry.Policy{Initial: time.Millisecond, Max: time.Millisecond}
+	})
+	w.forge.mu.Lock()
+	w.forge.failUpserts = 1
+	w.forge.mu.Unlock()
+	w.openPR(1, "h1", "worker-1")
+	for _, st := range w.forge.statusesOf("h1", "taloscluster/plan: "+cluster) {
+		if st.state != gh.StatePending {
+			t.Fatalf("plan status %v posted while the plan comment was refused", st)
+		}
+	}
+	if !strings.Contains(w.get("/"), "1 failed at least once") {
+		t.Errorf("the status page does not show the refused comment:\n%s", w.get("/"))
+	}
+	time.Sleep(5 * time.Millisecond)
+	w.poll()
+	w.forge.mu.Lock()
+	plan := w.forge.plans[1]
+	w.forge.mu.Unlock()
+	got := w.forge.statusesOf("h1", "taloscluster/plan: "+cluster)
+	if len(plan) == 0 || len(got) == 0 || got[len(got)-1].state != gh.StateSuccess {
+		t.Fatalf("after GitHub recovered: plan comment %d parts, statuses %v", len(plan), got)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 	"io"
 	"net/url"
 	"os"
@@ -58,6 +59,10 @@ type Config struct {
 	// converge goes ahead and its comment shows the plan that ran and the
 	// differences since review.
 	RequireReviewedPlan bool `yaml:"require_reviewed_plan"`
+	// ReportRetry paces the tries of a report GitHub did not take; zero
+	// means 10s doubling to 10m. It is set in code (tests shorten it),
+	// never read from agent.yaml.
+	ReportRetry retry.Policy `yaml:"-"`
 	// AllowedEndpoints are endpoints a pull request may point a cluster's
 	// credentials or trust at (proxmox.url, proxmox.image_factory,
 	// openstack.url) besides the default branch's value of the same key:

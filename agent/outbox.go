@@ -2,20 +2,24 @@ package agent
 
 import (
 	"context"
-	"slices"
+	"fmt"
 	"sync"
 	"time"
 
 	gh "github.com/taloscluster/taloscluster/report/github"
+	"github.com/taloscluster/taloscluster/report/outbox"
 )
 
-// What the agent does while GitHub's API is rate limited: git fetches and
-// converges go on (they need no API); pull requests are not listed nor
-// planned until the limit is over; the statuses and comments that could
-// not be posted wait in an outbox, the newest status per commit and
-// context, and are posted, comments first, when the limit is over. The
-// state shows on /readyz, and each condition is logged once a minute or
-// when it changes, not on every poll.
+// How the agent reports: every status and comment goes into the outbox
+// (report/outbox), kept in the state backend, and is taken out once GitHub
+// accepted it; a failure is retried with backoff, in order per commit, and
+// survives a restart.
+//
+// While GitHub's API is rate limited, git fetches and converges go on
+// (they need no API); pull requests are not listed nor planned until the
+// limit is over, and the outbox holds its reports until then. The state
+// shows on /readyz, and each condition is logged once a minute or when it
+// changes, not on every poll.
 
 // RateProber is an optional capability of a Forge: reading the rate limit
 // without spending it (GitHub's GET /rate_limit). While the primary limit
@@ -23,98 +27,6 @@ import (
 // early when the limit is back.
 type RateProber interface {
 	RateLimit(ctx context.Context) (gh.Rate, error)
-}
-
-// Bounds of the outbox: beyond them the oldest entries are dropped.
-const (
-	maxPendingStatuses = 1000
-	maxPendingComments = 100
-)
-
-// pendingStatus is a commit status waiting for the rate limit.
-type pendingStatus struct {
-	sha, context, state, description, targetURL string
-}
-
-// pendingComment is a comment waiting for the rate limit: on pull request
-// pr, or when pr is 0 on the pull request merged as sha.
-type pendingComment struct {
-	pr        int
-	sha, body string
-}
-
-// outbox holds what waits for the rate limit.
-type outbox struct {
-	mu       sync.Mutex
-	statuses []pendingStatus // oldest first, one per commit and context
-	comments []pendingComment
-}
-
-func (o *outbox) dropStatus(sha, context string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.statuses = slices.DeleteFunc(o.statuses, func(p pendingStatus) bool { return p.sha == sha && p.context == context })
-}
-
-// addStatus queues s in place of any status waiting for the same commit
-// and context; front puts it first (a status taken out to be posted that
-// could not be, unless a newer one came meanwhile).
-func (o *outbox) addStatus(s pendingStatus, front bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if front {
-		if slices.ContainsFunc(o.statuses, func(p pendingStatus) bool { return p.sha == s.sha && p.context == s.context }) {
-			return
-		}
-		o.statuses = append([]pendingStatus{s}, o.statuses...)
-	} else {
-		o.statuses = slices.DeleteFunc(o.statuses, func(p pendingStatus) bool { return p.sha == s.sha && p.context == s.context })
-		o.statuses = append(o.statuses, s)
-	}
-	if n := len(o.statuses) - maxPendingStatuses; n > 0 {
-		o.statuses = o.statuses[n:]
-	}
-}
-
-func (o *outbox) takeStatus() (pendingStatus, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.statuses) == 0 {
-		return pendingStatus{}, false
-	}
-	s := o.statuses[0]
-	o.statuses = o.statuses[1:]
-	return s, true
-}
-
-func (o *outbox) addComment(c pendingComment, front bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if front {
-		o.comments = append([]pendingComment{c}, o.comments...)
-	} else {
-		o.comments = append(o.comments, c)
-	}
-	if n := len(o.comments) - maxPendingComments; n > 0 {
-		o.comments = o.comments[n:]
-	}
-}
-
-func (o *outbox) takeComment() (pendingComment, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.comments) == 0 {
-		return pendingComment{}, false
-	}
-	c := o.comments[0]
-	o.comments = o.comments[1:]
-	return c, true
-}
-
-func (o *outbox) size() (statuses, comments int) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return len(o.statuses), len(o.comments)
 }
 
 // quietLog lets a message on one topic through when its cause changed or a
@@ -178,8 +90,7 @@ func (a *Agent) limitOver(l *gh.RateLimitedError) {
 	}
 	a.mu.Unlock()
 	if was {
-		statuses, comments := a.out.size()
-		a.log.Info("GitHub API rate limit over", "statuses_waiting", statuses, "comments_waiting", comments)
+		a.log.Info("GitHub API rate limit over", "reports_waiting", a.reports.Pending().Count)
 		a.quiet.forget("github-limit")
 		a.quiet.forget("github-pending")
 	}
@@ -232,73 +143,98 @@ func (a *Agent) probeLimit(ctx context.Context) {
 	a.limitOver(l)
 }
 
-// setStatus sets a commit status now, or, while the API is rate limited,
-// queues it to be set after the limit. A status set or queued replaces a
-// queued one of the same commit and context. Other errors are ignored as
-// before: a status is a report, not a step.
+// setStatus queues a commit status in the outbox and delivers what is
+// due. A status queued replaces a queued one of the same commit and
+// context.
 func (a *Agent) setStatus(ctx context.Context, sha, statusContext, state, description, targetURL string) {
-	s := pendingStatus{sha: sha, context: statusContext, state: state, description: a.redact.String(description), targetURL: targetURL}
-	a.statusMu.Lock()
-	defer a.statusMu.Unlock()
-	a.out.dropStatus(sha, statusContext)
-	if l := a.apiLimited(); l != nil {
-		a.queueStatus(s, l)
-		return
+	a.queueStatus(ctx, sha, statusContext, state, description, targetURL)
+	a.deliver(ctx)
+}
+
+// queueStatus queues a commit status without delivering it yet.
+func (a *Agent) queueStatus(ctx context.Context, sha, statusContext, state, description, targetURL string) {
+	a.reports.Add(ctx, outbox.Report{Kind: outbox.Status, Commit: sha, Context: statusContext, State: state,
+		Description: a.redact.String(description), TargetURL: targetURL})
+}
+
+// comment queues a one-off comment on pull request pr, or, when pr is 0,
+// on the pull request merged as sha, and delivers what is due.
+func (a *Agent) comment(ctx context.Context, pr int, sha, body string) {
+	a.report(ctx, outbox.Report{Kind: outbox.Comment, PR: pr, Commit: sha, Body: a.redact.String(body)})
+}
+
+// report queues r and delivers what is due.
+func (a *Agent) report(ctx context.Context, r outbox.Report) {
+	a.reports.Add(ctx, r)
+	a.deliver(ctx)
+}
+
+// deliver sends the reports that are due, unless GitHub's API is rate
+// limited, and updates the outbox metrics.
+func (a *Agent) deliver(ctx context.Context) {
+	if a.apiLimited() == nil {
+		if n := a.reports.Deliver(ctx, a.send); n > 0 {
+			a.log.Debug("reports delivered", "count", n)
+		}
 	}
-	err := a.forge.SetStatus(ctx, s.sha, s.context, s.state, s.description, s.targetURL)
+	if a.metrics != nil {
+		p := a.reports.Pending()
+		a.metrics.ReportsPending(p.Count, p.Oldest, p.Dropped)
+	}
+}
+
+// send delivers one report. While GitHub's API is rate limited it holds
+// every report back.
+func (a *Agent) send(ctx context.Context, r outbox.Report) error {
+	if l := a.apiLimited(); l != nil {
+		return fmt.Errorf("%w: %w", outbox.ErrHold, l)
+	}
+	var err error
+	switch r.Kind {
+	case outbox.Status:
+		err = a.forge.SetStatus(ctx, r.Commit, r.Context, r.State, r.Description, r.TargetURL)
+	case outbox.PlanComment:
+		err = a.forge.UpsertComments(ctx, r.PR, r.Bodies)
+	case outbox.Comment:
+		pr := r.PR
+		if pr == 0 {
+			var ok bool
+			pr, ok, err = a.forge.MergedPR(ctx, r.Commit)
+			if err == nil && !ok {
+				return nil // a merge that came through no pull request gets no comment
+			}
+		}
+		if err == nil {
+			err = a.forge.Comment(ctx, pr, r.Key, r.Body)
+		}
+	default:
+		a.log.Error("dropping a report of unknown kind", "kind", r.Kind)
+		return nil
+	}
 	if err != nil && a.noteAPI(err) {
 		if l := a.apiLimited(); l != nil {
-			a.queueStatus(s, l)
+			if a.quiet.allow("github-pending", l.Error()) {
+				p := a.reports.Pending()
+				a.log.Info("reports wait until the GitHub rate limit is over", "until", l.Until.UTC().Format(time.RFC3339), "waiting", p.Count)
+			}
+			return fmt.Errorf("%w: %w", outbox.ErrHold, l)
 		}
 	}
+	if err != nil {
+		return redactedError{err: err, msg: a.redact.String(err.Error())}
+	}
+	return nil
 }
 
-func (a *Agent) queueStatus(s pendingStatus, l *gh.RateLimitedError) {
-	a.out.addStatus(s, false)
-	statuses, comments := a.out.size()
-	if a.quiet.allow("github-pending", l.Error()) {
-		a.log.Info("status pending until the GitHub rate limit is over", "commit", s.sha, "context", s.context, "state", s.state,
-			"until", l.Until.UTC().Format(time.RFC3339), "statuses_waiting", statuses, "comments_waiting", comments)
-	}
+// redactedError is err with a message that holds no secret, for the
+// outbox's logs and page; the error itself stays for classification.
+type redactedError struct {
+	err error
+	msg string
 }
 
-// comment posts a one-off comment on pull request pr, or, when pr is 0, on
-// the pull request merged as sha; while the API is rate limited it is
-// queued.
-func (a *Agent) comment(ctx context.Context, pr int, sha, body string) {
-	c := pendingComment{pr: pr, sha: sha, body: a.redact.String(body)}
-	if l := a.apiLimited(); l != nil {
-		a.queueComment(c, l)
-		return
-	}
-	if err := a.postComment(ctx, c); err != nil && a.noteAPI(err) {
-		if l := a.apiLimited(); l != nil {
-			a.queueComment(c, l)
-		}
-	}
-}
-
-func (a *Agent) queueComment(c pendingComment, l *gh.RateLimitedError) {
-	a.out.addComment(c, false)
-	statuses, comments := a.out.size()
-	if a.quiet.allow("github-pending", l.Error()) {
-		a.log.Info("comment pending until the GitHub rate limit is over", "pr", c.pr, "commit", c.sha,
-			"until", l.Until.UTC().Format(time.RFC3339), "statuses_waiting", statuses, "comments_waiting", comments)
-	}
-}
-
-// postComment posts c, finding its pull request first when it has none.
-// A merge that came through no pull request gets no comment.
-func (a *Agent) postComment(ctx context.Context, c pendingComment) error {
-	if c.pr == 0 {
-		pr, ok, err := a.forge.MergedPR(ctx, c.sha)
-		if err != nil || !ok {
-			return err
-		}
-		c.pr = pr
-	}
-	return a.forge.Comment(ctx, c.pr, c.body)
-}
+func (e redactedError) Error() string { return e.msg }
+func (e redactedError) Unwrap() error { return e.err }
 
 // mergedPR finds the pull request merged as sha; while the API is rate
 // limited it fails at once with the limit.
@@ -311,50 +247,4 @@ func (a *Agent) mergedPR(ctx context.Context, sha string) (int, bool, error) {
 		a.noteAPI(err)
 	}
 	return pr, ok, err
-}
-
-// flush posts what waits in the outbox, comments first (a final status
-// tells that the run's report is there), unless the API is still rate
-// limited. What the limit refuses again goes back.
-func (a *Agent) flush(ctx context.Context) {
-	if a.apiLimited() != nil {
-		return
-	}
-	posted := 0
-	for {
-		c, ok := a.out.takeComment()
-		if !ok {
-			break
-		}
-		if err := a.postComment(ctx, c); err != nil {
-			if a.noteAPI(err) {
-				a.out.addComment(c, true)
-				return
-			}
-			a.log.Warn("posting a comment that waited for the rate limit", "pr", c.pr, "commit", c.sha, "error", a.redact.String(err.Error()))
-			continue
-		}
-		posted++
-	}
-	for {
-		a.statusMu.Lock()
-		s, ok := a.out.takeStatus()
-		if !ok {
-			a.statusMu.Unlock()
-			break
-		}
-		err := a.forge.SetStatus(ctx, s.sha, s.context, s.state, s.description, s.targetURL)
-		if err != nil && a.noteAPI(err) {
-			a.out.addStatus(s, true)
-			a.statusMu.Unlock()
-			return
-		}
-		a.statusMu.Unlock()
-		if err == nil {
-			posted++
-		}
-	}
-	if posted > 0 {
-		a.log.Info("posted the statuses and comments that waited for the GitHub rate limit", "count", posted)
-	}
 }

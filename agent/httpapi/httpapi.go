@@ -70,8 +70,26 @@ type StatusPage struct {
 	Clusters []ClusterStatus
 	// Queue lists the jobs waiting to run, first to run first.
 	Queue []QueuedJob
+	// Reports is what the agent owes GitHub.
+	Reports ReportsStatus
 	// Generated is when the page was built; the zero time means now.
 	Generated time.Time
+}
+
+// ReportsStatus describes the reports (statuses, comments) not yet
+// delivered to GitHub. Texts are one line, secrets removed.
+type ReportsStatus struct {
+	// Pending counts them; Oldest is when the oldest was queued.
+	Pending int
+	Oldest  time.Time
+	// Failing counts those that failed at least once, LastError the most
+	// recent failure.
+	Failing   int
+	LastError string
+	// Dropped counts the reports given up on since start.
+	Dropped int
+	// SaveError is set while the outbox cannot be saved.
+	SaveError string
 }
 
 // ClusterStatus is one cluster's line on the status page.

@@ -178,6 +178,19 @@ func TestStatusPage(t *testing.T) {
 	if !strings.Contains(res.body, "Nothing queued.") == (len(page.Queue) == 0) {
 		t.Error("queue section does not match the queue")
 	}
+	if !strings.Contains(res.body, "Reports to GitHub</h2>\n<p>All delivered.</p>") {
+		t.Errorf("reports section with nothing owed:\n%s", res.body)
+	}
+
+	owed := page
+	owed.Reports = httpapi.ReportsStatus{Pending: 2, Oldest: time.Now().Add(-95 * time.Second), Failing: 1,
+		LastError: "POST comments: 502 Bad Gateway", Dropped: 1}
+	res = do(t, serve(t, httpapi.Options{Status: func() httpapi.StatusPage { return owed }}), http.MethodGet, "/")
+	for _, want := range []string{"2 not yet delivered", "(1m3", "502 Bad Gateway", "1 given up on"} {
+		if !strings.Contains(res.body, want) {
+			t.Errorf("reports section lacks %q:\n%s", want, res.body)
+		}
+	}
 
 	empty := serve(t, httpapi.Options{})
 	res = do(t, empty, http.MethodGet, "/")
@@ -200,7 +213,8 @@ func TestStatusPageEscapes(t *testing.T) {
 			LastPlan: &httpapi.RunSummary{Commit: hostile, Result: `"><img src=x onerror=alert(1)>`, PlanID: `javascript:alert(1)//"><script>`},
 			Running:  hostile,
 		}},
-		Queue: []httpapi.QueuedJob{{Cluster: hostile, Kind: hostile, Commit: hostile}},
+		Queue:   []httpapi.QueuedJob{{Cluster: hostile, Kind: hostile, Commit: hostile}},
+		Reports: httpapi.ReportsStatus{Pending: 1, Failing: 1, LastError: hostile, SaveError: hostile},
 	}
 	srv := serve(t, httpapi.Options{Status: func() httpapi.StatusPage { return page }})
 	res := do(t, srv, http.MethodGet, "/")

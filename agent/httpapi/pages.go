@@ -22,6 +22,7 @@ var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
 	"inc": func(i int) int { return i + 1 },
+	"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
 	"resultClass": func(result string) string {
 		switch result {
 		case "success", "failure", "refused", "cancelled", "retried":
@@ -86,6 +87,10 @@ pre { background: #f7f7f7; border: 1px solid #ddd; padding: 1rem; overflow-x: au
 {{range $i, $j := .Queue}}<tr><td>{{inc $i}}</td><td><code>{{$j.Cluster}}</code></td><td>{{$j.Kind}}{{if gt $j.Attempt 1}} (attempt {{$j.Attempt}}{{if not $j.NotBefore.IsZero}}, not before <time datetime="{{iso $j.NotBefore}}">{{when $j.NotBefore}}</time>{{end}}){{end}}</td><td><code>{{short $j.Commit}}</code></td><td><time datetime="{{iso $j.Queued}}">{{when $j.Queued}}</time></td></tr>
 {{end}}</tbody>
 </table>{{else}}<p>Nothing queued.</p>{{end}}
+<h2>Reports to GitHub</h2>
+{{with .Reports}}{{if .Pending}}<p><span class="retried">{{.Pending}} not yet delivered</span>, the oldest queued <time datetime="{{iso .Oldest}}">{{when .Oldest}}</time> ({{since .Oldest}} ago){{if .Failing}}; {{.Failing}} failed at least once, the last with: <span class="failure">{{.LastError}}</span>{{end}}. They are tried again with backoff.</p>{{else}}<p>All delivered.</p>{{end}}
+{{if .Dropped}}<p class="failure">{{.Dropped}} given up on since the agent started (GitHub kept refusing them; see the log).</p>{{end}}
+{{if .SaveError}}<p class="failure">The outbox cannot be saved to the state backend, so a restart would lose what waits: {{.SaveError}}</p>{{end}}{{end}}
 <p><a href="metrics">metrics</a> · <a href="readyz">readiness</a></p>
 </body>
 </html>

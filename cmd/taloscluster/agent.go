@@ -139,36 +139,42 @@ func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (*agen
 	if err != nil {
 		return nil, nil, err
 	}
-	store, progress, err := agentStore(cfg)
+	store, err := agentStore(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	reports, err := agent.OpenOutbox(ctx, cfg, store, log)
 	if err != nil {
 		return nil, nil, err
 	}
 	a := agent.New(cfg, agent.Deps{Repo: repo, Forge: forge, Runner: &agentRunner{store: store, log: log},
-		Progress: progress, Metrics: m, Redact: redact, Log: log})
+		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports})
 	handler := httpapi.New(httpapi.Options{Metrics: reg, Ready: a.Ready, Status: a.Status, Plan: a.Plan, Logger: log})
 	log.Info("agent ready", "repository", cfg.GitHub.Repo)
 	return a, handler, nil
 }
 
+// agentBackend is what the agent keeps in its state backend: the
+// clusters' state and journal, and its own documents (the report outbox).
+type agentBackend interface {
+	state.Backend
+	state.AgentDocs
+}
+
 // agentStore opens the state backend.
-func agentStore(cfg *agent.Config) (state.Store, agent.Progress, error) {
+func agentStore(cfg *agent.Config) (agentBackend, error) {
 	if cfg.State.Backend == "kubernetes" {
 		rc, err := rest.InClusterConfig()
 		if err != nil {
-			return nil, nil, fmt.Errorf("state.backend kubernetes needs to run in a cluster: %w", err)
+			return nil, fmt.Errorf("state.backend kubernetes needs to run in a cluster: %w", err)
 		}
 		cs, err := kubernetes.NewForConfig(rc)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		ks, err := state.NewKubeStore(cs, state.KubeOptions{Namespace: cfg.State.Namespace})
-		if err != nil {
-			return nil, nil, err
-		}
-		return ks, ks, nil
+		return state.NewKubeStore(cs, state.KubeOptions{Namespace: cfg.State.Namespace})
 	}
-	ds := state.NewDirStore(filepath.Join(cfg.DataDir, "state"))
-	return ds, ds, nil
+	return state.NewDirStore(filepath.Join(cfg.DataDir, "state")), nil
 }
 
 // githubOp names a GitHub request from a fixed set, for metric labels.

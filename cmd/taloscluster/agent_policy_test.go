@@ -178,10 +178,7 @@ func TestAgentConvergesMergesWhileGitHubIsRateLimited(t *testing.T) {
 	if got := strings.Count(since, "GitHub API rate limited"); got != 1 {
 		t.Errorf("the rate limit was logged %d times, want once:\n%s", got, since)
 	}
-	if !strings.Contains(since, "status pending until the GitHub rate limit is over") {
-		t.Errorf("no log says the converge status waits for the rate limit:\n%s", since)
-	}
-	if got := strings.Count(since, "pending until the GitHub rate limit"); got != 1 {
+	if got := strings.Count(since, "reports wait until the GitHub rate limit is over"); got != 1 {
 		t.Errorf("pending statuses were logged %d times, want once:\n%s", got, since)
 	}
 	if got := w.status(merge, "taloscluster/converge: clusters/demo"); got != "" {

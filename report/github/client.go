@@ -228,15 +228,58 @@ func (c *Client) UpsertComments(ctx context.Context, pr int, bodies []string) er
 	return nil
 }
 
+// ReportMarker marks a one-off comment with the key of the report it
+// delivers, so a post that is tried again never makes a second copy.
+func ReportMarker(key string) string { return "<!-- taloscluster:report:" + key + " -->" }
+
 // Comment posts a one-off comment (converge results on a merged pull
-// request), redacted.
-func (c *Client) Comment(ctx context.Context, pr int, body string) error {
+// request), redacted, marked with ReportMarker(key). When a comment with
+// that marker is on the pull request already (an earlier post whose
+// answer was lost), it posts nothing.
+func (c *Client) Comment(ctx context.Context, pr int, key, body string) error {
 	ctx, cancel := c.ctx(ctx)
 	defer cancel()
-	if _, _, err := c.gh.Issues.CreateComment(ctx, c.owner, c.repo, pr, &github.IssueComment{Body: github.String(c.redact.String(body))}); err != nil {
+	marker := ReportMarker(key)
+	opts := &github.IssueListCommentsOptions{ListOptions: github.ListOptions{PerPage: 100}}
+	for {
+		cs, resp, err := c.gh.Issues.ListComments(ctx, c.owner, c.repo, pr, opts)
+		if err != nil {
+			return fmt.Errorf("listing the comments of pull request %d: %w", pr, err)
+		}
+		for _, cm := range cs {
+			if strings.HasPrefix(cm.GetBody(), marker) {
+				return nil
+			}
+		}
+		if resp.NextPage == 0 {
+			break
+		}
+		opts.Page = resp.NextPage
+	}
+	body = marker + "\n" + c.redact.String(body)
+	if _, _, err := c.gh.Issues.CreateComment(ctx, c.owner, c.repo, pr, &github.IssueComment{Body: github.String(body)}); err != nil {
 		return fmt.Errorf("commenting on pull request %d: %w", pr, err)
 	}
 	return nil
+}
+
+// Retryable reports whether a failed GitHub call may work when tried
+// again: every failure but GitHub's 4xx answers other than 408 and 429
+// (a pull request that is gone, a status GitHub finds invalid), which will
+// not change. A lost answer, a reset connection or a timeout may.
+func Retryable(err error) bool {
+	if _, ok := RateLimited(err); ok {
+		return true
+	}
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	var er *github.ErrorResponse
+	if errors.As(err, &er) && er.Response != nil {
+		code := er.Response.StatusCode
+		return code >= 500 || code == http.StatusRequestTimeout || code == http.StatusTooManyRequests
+	}
+	return true
 }
 
 // MergedPR returns the pull request whose merge produced commit sha.

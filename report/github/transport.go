@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,8 +17,9 @@ import (
 // Transport wraps an http.RoundTripper for GitHub's REST API:
 //   - GET, HEAD, PATCH and PUT are retried on 5xx and network errors with
 //     capped exponential backoff and jitter (POST is not: a comment that
-//     was created before the error must not be created twice; callers
-//     re-read first);
+//     was created before the error must not be created twice, and the
+//     agent's outbox retries statuses and comments itself, logging each
+//     failed attempt);
 //   - on 403/429 with Retry-After it waits that long, and when
 //     X-RateLimit-Remaining is 0 it waits until X-RateLimit-Reset, then
 //     retries; a wait longer than MaxWait, or one that would outlast the
@@ -206,8 +206,6 @@ func retryable(req *http.Request) bool {
 	switch req.Method {
 	case http.MethodGet, http.MethodHead, http.MethodPatch, http.MethodPut:
 		return true
-	case http.MethodPost:
-		return strings.Contains(req.URL.Path, "/statuses/")
 	}
 	return false
 }

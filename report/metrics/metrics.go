@@ -132,7 +132,24 @@ type Metrics struct {
 	githubCalls   *prometheus.CounterVec
 	rateRemaining prometheus.Gauge
 	queueDepth    prometheus.Gauge
+
+	// reports: the outbox, as last recorded; the age of the oldest report
+	// is computed when scraped.
+	reportsMu      sync.Mutex
+	reportsPending int
+	reportsOldest  time.Time
+	reportsDropped int
 }
+
+// Descriptions of the outbox series, computed when scraped.
+var (
+	reportsPendingDesc = prometheus.NewDesc(Namespace+"_reports_pending",
+		"Reports (commit statuses and comments) owed to GitHub and not yet delivered.", nil, nil)
+	reportsAgeDesc = prometheus.NewDesc(Namespace+"_reports_oldest_pending_age_seconds",
+		"How long the oldest report owed to GitHub has waited; 0 when none waits.", nil, nil)
+	reportsDroppedDesc = prometheus.NewDesc(Namespace+"_reports_dropped_total",
+		"Reports given up on (GitHub kept refusing them, or the outbox was full) since the agent started.", nil, nil)
+)
 
 var _ prometheus.Collector = (*Metrics)(nil)
 
@@ -233,6 +250,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
+	ch <- reportsPendingDesc
+	ch <- reportsAgeDesc
+	ch <- reportsDroppedDesc
 }
 
 // Collect sends the current value of every metric to ch.
@@ -240,6 +260,16 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}
+	m.reportsMu.Lock()
+	pending, oldest, dropped := m.reportsPending, m.reportsOldest, m.reportsDropped
+	m.reportsMu.Unlock()
+	age := 0.0
+	if pending > 0 && !oldest.IsZero() {
+		age = max(m.now().Sub(oldest).Seconds(), 0)
+	}
+	ch <- prometheus.MustNewConstMetric(reportsPendingDesc, prometheus.GaugeValue, float64(pending))
+	ch <- prometheus.MustNewConstMetric(reportsAgeDesc, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(reportsDroppedDesc, prometheus.CounterValue, float64(dropped))
 }
 
 // SetClusters sets the repository's cluster paths: from then on only these
@@ -407,6 +437,14 @@ func (m *Metrics) RateLimitRemaining(n int) {
 // QueueDepth records the number of jobs waiting to run.
 func (m *Metrics) QueueDepth(n int) {
 	m.queueDepth.Set(float64(n))
+}
+
+// ReportsPending records the outbox: how many reports wait, when the
+// oldest was queued, and how many were dropped since start.
+func (m *Metrics) ReportsPending(n int, oldest time.Time, dropped int) {
+	m.reportsMu.Lock()
+	defer m.reportsMu.Unlock()
+	m.reportsPending, m.reportsOldest, m.reportsDropped = n, oldest, dropped
 }
 
 // unixSeconds is t as fractional Unix seconds; the zero time is 0.

@@ -96,13 +96,16 @@ func TestNewRegistersEveryMetric(t *testing.T) {
 		"taloscluster_github_rate_limit_remaining",
 		"taloscluster_queue_depth",
 		"taloscluster_cluster_running",
+		"taloscluster_reports_pending",
+		"taloscluster_reports_oldest_pending_age_seconds",
+		"taloscluster_reports_dropped_total",
 	} {
 		if !got[name] {
 			t.Errorf("%s not gathered", name)
 		}
 	}
-	if len(got) != 11 {
-		t.Errorf("gathered %d metric families, want 11: %v", len(got), got)
+	if len(got) != 14 {
+		t.Errorf("gathered %d metric families, want 14: %v", len(got), got)
 	}
 	if _, err := metrics.New(reg); err == nil {
 		t.Error("registering a second Metrics with one registry succeeded")
@@ -118,6 +121,28 @@ func TestNilRegistererLeavesUnregistered(t *testing.T) {
 	m.QueueDepth(3)
 	if got := value(m, "taloscluster_queue_depth", nil); got != 3 {
 		t.Fatalf("queue depth %v, want 3", got)
+	}
+}
+
+func TestReportsPendingAgeGrowsWhileScraped(t *testing.T) {
+	t.Parallel()
+	m, _ := newMetrics(t) // the clock stands at epoch
+	if got := value(m, "taloscluster_reports_oldest_pending_age_seconds", nil); got != 0 {
+		t.Fatalf("age with nothing pending %v, want 0", got)
+	}
+	m.ReportsPending(3, epoch.Add(-90*time.Second), 1)
+	if got := value(m, "taloscluster_reports_pending", nil); got != 3 {
+		t.Fatalf("pending %v, want 3", got)
+	}
+	if got := value(m, "taloscluster_reports_oldest_pending_age_seconds", nil); got != 90 {
+		t.Fatalf("age %v, want 90", got)
+	}
+	if got := value(m, "taloscluster_reports_dropped_total", nil); got != 1 {
+		t.Fatalf("dropped %v, want 1", got)
+	}
+	m.ReportsPending(0, time.Time{}, 1)
+	if got := value(m, "taloscluster_reports_oldest_pending_age_seconds", nil); got != 0 {
+		t.Fatalf("age after delivery %v, want 0", got)
 	}
 }
 
