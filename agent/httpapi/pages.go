@@ -21,7 +21,7 @@ var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
-	"inc": func(i int) int { return i + 1 },
+	"inc":   func(i int) int { return i + 1 },
 	"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
 	"resultClass": func(result string) string {
 		switch result {
