@@ -161,14 +161,14 @@ type LogEntry struct {
 func (l *Lab) Log() []LogEntry {
 	var out []LogEntry
 	for _, op := range l.PVE.Log() {
-		out = append(out, LogEntry{Time: op.Time, Source: "proxmox", Op: op.Name, Target: op.Method + " " + op.Path, Result: fmt.Sprint(op.Status)})
+		out = append(out, LogEntry{Time: op.Time, Source: "proxmox", Op: op.Name, Target: op.Method + " " + op.Path, Result: FaultResult(fmt.Sprint(op.Status), op.Fault)})
 	}
 	for _, op := range l.Talos.Log() {
 		res := "OK"
 		if op.Code != codes.OK {
 			res = op.Code.String() + ": " + op.Err
 		}
-		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Short(), Target: op.Node.String(), Result: res})
+		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Short(), Target: op.Node.String(), Result: FaultResult(res, op.Fault)})
 	}
 	for _, op := range l.Factory.Log() {
 		out = append(out, LogEntry{Time: op.Time, Source: "factory", Op: op.Op, Target: op.Method + " " + op.Path, Result: fmt.Sprint(op.Status)})
@@ -182,7 +182,7 @@ func (l *Lab) Log() []LogEntry {
 	for _, name := range names {
 		if k, ok := l.Kube(name); ok {
 			for _, op := range k.Log() {
-				out = append(out, LogEntry{Time: op.Time, Source: "kubernetes", Op: op.Key(), Target: name + " " + op.Name, Result: fmt.Sprint(op.Code)})
+				out = append(out, LogEntry{Time: op.Time, Source: "kubernetes", Op: op.Key(), Target: name + " " + op.Name, Result: FaultResult(fmt.Sprint(op.Code), op.Fault)})
 			}
 		}
 	}
@@ -193,15 +193,54 @@ func (l *Lab) Log() []LogEntry {
 	return out
 }
 
+// FaultResult is the Result of a log entry whose answer was the given one
+// (a status) unless the fault named kept it from the client: "hang" and
+// "reset" mean no answer was sent, "lost-reply" that the answer was made
+// and not sent. Other faults (fail, delay) shape an answer that was sent.
+func FaultResult(answer, fault string) string {
+	switch fault {
+	case "hang", "reset":
+		return "no answer (" + fault + ")"
+	case "lost-reply":
+		return answer + " not sent (lost-reply)"
+	}
+	return answer
+}
+
 // Fault is a fault to inject through the control API.
 type Fault struct {
-	// Kind is one of: proxmox-fail (the next N calls of Op answer Status),
-	// proxmox-task-warnings (the next N tasks of Op end "WARNINGS: Warnings"),
-	// proxmox-latency (Op takes Millis longer), proxmox-hang (the next N
-	// calls of Op never answer), talos-never-boot (the node at Addr never
-	// comes up), talos-reset-fails (the next N resets of Addr fail),
-	// talos-fail (the next N calls of Op on Addr fail), kube-fail (the next
-	// N requests matching Op answer Status in cluster Cluster), kube-hang.
+	// Kind is one of:
+	//
+	//	proxmox-fail           the next N calls of Op answer Status
+	//	proxmox-task-warnings  the next N tasks of Op end "WARNINGS: Warnings"
+	//	proxmox-latency        Op takes Millis longer
+	//	proxmox-hang           the next N calls of Op never answer
+	//	proxmox-reset          the next N calls of Op get their connection
+	//	                       reset, without effect
+	//	proxmox-lost-reply     the next N calls of Op take effect (a task
+	//	                       starts), then their connection is reset
+	//	talos-never-boot       the node at Addr never comes up
+	//	talos-reset-fails      the next N resets of Addr fail
+	//	talos-fail             the next N calls of method Op on Addr fail
+	//	talos-hang             the next N calls of Op on Addr hang until the
+	//	                       client gives up
+	//	talos-reset            the next N calls of Op on Addr get their
+	//	                       connection reset, without effect
+	//	talos-lost-reply       the next N calls of Op on Addr take effect,
+	//	                       then their connection is reset
+	//	kube-fail              the next N requests matching Op answer Status
+	//	                       in cluster Cluster
+	//	kube-hang              the next N requests matching Op hang
+	//	kube-reset             the next N requests matching Op get their
+	//	                       connection reset, without effect
+	//	kube-lost-reply        the next N requests matching Op take effect,
+	//	                       then their connection is reset
+	//
+	// A reset is a TCP RST: the client sees its connection fail and no
+	// answer. Op is a Proxmox operation name (qemu.create, or * for any), a
+	// Talos API method (Bootstrap, or a full gRPC method name) or a
+	// Kubernetes "VERB RESOURCE" pattern (create pods/eviction, * nodes, or
+	// * for any).
 	Kind     string `json:"kind"`
 	Op       string `json:"op,omitempty"`
 	N        int    `json:"n,omitempty"`
@@ -218,13 +257,38 @@ func (l *Lab) Inject(f Fault) error {
 	if f.N <= 0 {
 		f.N = 1
 	}
-	addr := func() (netip.Addr, error) {
-		a, err := netip.ParseAddr(f.Addr)
-		if err != nil {
-			return netip.Addr{}, fmt.Errorf("fault %s needs addr, a node address", f.Kind)
-		}
-		return a, nil
+	var err error
+	switch {
+	case strings.HasPrefix(f.Kind, "proxmox-"):
+		err = l.injectProxmox(f)
+	case strings.HasPrefix(f.Kind, "talos-"):
+		err = l.injectTalos(f)
+	case strings.HasPrefix(f.Kind, "kube-"):
+		err = l.injectKube(f)
+	default:
+		err = unknownKind(f.Kind)
 	}
+	if err != nil {
+		return err
+	}
+	l.event("fault", f.Kind, fmt.Sprintf("op=%s n=%d addr=%s cluster=%s", f.Op, f.N, f.Addr, f.Cluster))
+	return nil
+}
+
+func unknownKind(kind string) error {
+	return fmt.Errorf("unknown fault kind %q; kinds: %s", kind, strings.Join(faultKinds, ", "))
+}
+
+// needOp refuses a fault without an operation, which would match nothing.
+func needOp(f Fault, what string) error {
+	if strings.TrimSpace(f.Op) == "" {
+		return fmt.Errorf("fault %s needs op, %s", f.Kind, what)
+	}
+	return nil
+}
+
+func (l *Lab) injectProxmox(f Fault) error {
+	const what = "a Proxmox operation name such as qemu.create, or * for any"
 	switch f.Kind {
 	case "proxmox-fail":
 		status := f.Status
@@ -246,44 +310,88 @@ func (l *Lab) Inject(f Fault) error {
 		l.PVE.SetLatency(f.Op, time.Duration(f.Millis)*time.Millisecond)
 	case "proxmox-hang":
 		l.PVE.Hang(f.Op, f.N)
-	case "talos-never-boot":
-		a, err := addr()
-		if err != nil {
+	case "proxmox-reset":
+		if err := needOp(f, what); err != nil {
 			return err
 		}
-		l.Talos.NeverBoot(a)
-	case "talos-reset-fails":
-		a, err := addr()
-		if err != nil {
+		l.PVE.ResetConn(f.Op, f.N)
+	case "proxmox-lost-reply":
+		if err := needOp(f, what); err != nil {
 			return err
 		}
-		l.Talos.FailReset(a, f.N)
-	case "talos-fail":
-		a, err := addr()
-		if err != nil {
-			return err
-		}
-		l.Talos.FailCalls(a, f.Op, f.N, codes.Unavailable)
-	case "kube-fail", "kube-hang":
-		k, ok := l.Kube(f.Cluster)
-		if !ok {
-			return fmt.Errorf("fault %s: cluster %q has no Kubernetes API yet", f.Kind, f.Cluster)
-		}
-		if f.Kind == "kube-hang" {
-			k.Hang(f.Op, f.N)
-		} else {
-			status := f.Status
-			if status == 0 {
-				status = http.StatusInternalServerError
-			}
-			k.Fail(f.Op, f.N, status)
-		}
+		l.PVE.LoseReply(f.Op, f.N)
 	default:
-		return fmt.Errorf("unknown fault kind %q; kinds: %s", f.Kind, strings.Join(faultKinds, ", "))
+		return unknownKind(f.Kind)
 	}
-	l.event("fault", f.Kind, fmt.Sprintf("op=%s n=%d addr=%s", f.Op, f.N, f.Addr))
+	return nil
+}
+
+func (l *Lab) injectTalos(f Fault) error {
+	if !slices.Contains(faultKinds, f.Kind) {
+		return unknownKind(f.Kind)
+	}
+	a, err := netip.ParseAddr(f.Addr)
+	if err != nil {
+		return fmt.Errorf("fault %s needs addr, a node address such as 127.42.0.100", f.Kind)
+	}
+	switch f.Kind {
+	case "talos-never-boot":
+		l.Talos.NeverBoot(a)
+		return nil
+	case "talos-reset-fails":
+		l.Talos.FailReset(a, f.N)
+		return nil
+	}
+	if err := needOp(f, "a Talos API method such as Bootstrap or ApplyConfiguration"); err != nil {
+		return err
+	}
+	switch f.Kind {
+	case "talos-fail":
+		l.Talos.FailCalls(a, f.Op, f.N, codes.Unavailable)
+	case "talos-hang":
+		l.Talos.HangCalls(a, f.Op, f.N)
+	case "talos-reset":
+		l.Talos.ResetCalls(a, f.Op, f.N)
+	case "talos-lost-reply":
+		l.Talos.LoseReplies(a, f.Op, f.N)
+	}
+	return nil
+}
+
+func (l *Lab) injectKube(f Fault) error {
+	if !slices.Contains(faultKinds, f.Kind) {
+		return unknownKind(f.Kind)
+	}
+	if f.Cluster == "" {
+		return fmt.Errorf("fault %s needs cluster, the name of a cluster whose Kubernetes API is up", f.Kind)
+	}
+	k, ok := l.Kube(f.Cluster)
+	if !ok {
+		return fmt.Errorf("fault %s: cluster %q has no Kubernetes API yet", f.Kind, f.Cluster)
+	}
+	switch f.Kind {
+	case "kube-fail":
+		status := f.Status
+		if status == 0 {
+			status = http.StatusInternalServerError
+		}
+		k.Fail(f.Op, f.N, status)
+	case "kube-hang":
+		k.Hang(f.Op, f.N)
+	case "kube-reset", "kube-lost-reply":
+		if err := needOp(f, `a "VERB RESOURCE" pattern such as "create pods/eviction", or * for any`); err != nil {
+			return err
+		}
+		if f.Kind == "kube-reset" {
+			k.ResetConn(f.Op, f.N)
+		} else {
+			k.LoseReply(f.Op, f.N)
+		}
+	}
 	return nil
 }
 
 var faultKinds = []string{"proxmox-fail", "proxmox-task-warnings", "proxmox-latency", "proxmox-hang",
-	"talos-never-boot", "talos-reset-fails", "talos-fail", "kube-fail", "kube-hang"}
+	"proxmox-reset", "proxmox-lost-reply",
+	"talos-never-boot", "talos-reset-fails", "talos-fail", "talos-hang", "talos-reset", "talos-lost-reply",
+	"kube-fail", "kube-hang", "kube-reset", "kube-lost-reply"}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/taloscluster/taloscluster/lab/factory"
+	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 	"github.com/taloscluster/taloscluster/lab/kube"
 	"github.com/taloscluster/taloscluster/lab/labca"
 	"github.com/taloscluster/taloscluster/lab/pve"
@@ -187,7 +188,8 @@ func (l *Lab) serve(_ context.Context, h http.Handler) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listening on %s: %w", l.opts.Listen, err)
 	}
-	srv := &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
+	// ConnContext lets reset and lost-reply faults reset HTTP/2 connections.
+	srv := &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second, ConnContext: connabort.ConnContext}
 	go func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			l.log.Error("lab server stopped", "error", err)

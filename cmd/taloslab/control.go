@@ -31,11 +31,21 @@ import (
 //	                        X-RateLimit-Remaining: 0 until then
 //	github-latency          requests matching op take millis longer (0
 //	                        removes the delay)
+//	github-hang             the next n requests matching op never answer:
+//	                        they are held, without effect, until the
+//	                        client gives up
+//	github-reset            the next n requests matching op get their TCP
+//	                        connection reset (RST), without effect
+//	github-lost-reply       the next n requests matching op take effect
+//	                        (the comment or status is stored, the push
+//	                        received), then their connection is reset
+//	                        instead of answering
 //
 // op is a forge operation name such as pulls.get, comments.create,
 // statuses.create or git.upload-pack, or a path.Match pattern of them
 // (comments.*, *); GET /lab/v1/ lists the names.
-var githubFaultKinds = []string{"github-fail", "github-secondary-limit", "github-rate-limit", "github-latency"}
+var githubFaultKinds = []string{"github-fail", "github-secondary-limit", "github-rate-limit", "github-latency",
+	"github-hang", "github-reset", "github-lost-reply"}
 
 // controlAPI is the lab's control API with the forge added: the github-*
 // fault kinds on POST /lab/v1/faults, the forge's requests in GET
@@ -147,6 +157,19 @@ func (c *controlAPI) inject(f lab.Fault) (string, error) {
 		d := time.Duration(f.Millis) * time.Millisecond
 		c.forge.Latency(f.Op, d)
 		return fmt.Sprintf("op=%s latency=%s", f.Op, d), nil
+	case "github-hang", "github-reset", "github-lost-reply":
+		if err := needOp(); err != nil {
+			return "", err
+		}
+		switch f.Kind {
+		case "github-hang":
+			c.forge.Hang(f.Op, f.N)
+		case "github-reset":
+			c.forge.ResetConn(f.Op, f.N)
+		default:
+			c.forge.LoseReply(f.Op, f.N)
+		}
+		return fmt.Sprintf("op=%s n=%d", f.Op, f.N), nil
 	}
 	return "", fmt.Errorf("unknown fault kind %q; the forge's kinds: %s", f.Kind, strings.Join(githubFaultKinds, ", "))
 }
@@ -181,7 +204,8 @@ func (c *controlAPI) log(w http.ResponseWriter, r *http.Request) {
 		if q.Status == 0 {
 			res = "no answer"
 		}
-		entries = append(entries, lab.LogEntry{Time: q.Time, Source: "github", Op: q.Op, Target: q.Method + " " + q.Path, Result: res})
+		entries = append(entries, lab.LogEntry{Time: q.Time, Source: "github", Op: q.Op, Target: q.Method + " " + q.Path,
+			Result: lab.FaultResult(res, q.Fault)})
 	}
 	c.mu.Lock()
 	entries = append(entries, c.events...)

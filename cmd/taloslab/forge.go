@@ -30,7 +30,10 @@ type gitopsLab struct {
 	agentURL    string
 }
 
-func (g *gitopsLab) close() { _ = g.srv.Close() }
+func (g *gitopsLab) close() {
+	g.forge.Close() // releases hung requests
+	_ = g.srv.Close()
+}
 
 func token(prefix string) string {
 	b := make([]byte, 16)
@@ -80,7 +83,8 @@ func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listening for the forge: %w", err)
 	}
-	srv := &http.Server{Handler: f.Handler(), TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
+	// ConnContext lets reset and lost-reply faults reset HTTP/2 connections.
+	srv := &http.Server{Handler: f.Handler(), TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second, ConnContext: forge.ConnContext}
 	go func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("forge stopped", "error", err)

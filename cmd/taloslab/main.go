@@ -30,13 +30,18 @@
 // The control API (TALOSLAB_CONTROL_URL/lab/v1/) injects faults with POST
 // /lab/v1/faults and a JSON {kind, op, n, status, warnings, millis, addr,
 // cluster}. Beside the lab's kinds (proxmox-fail, proxmox-task-warnings,
-// proxmox-latency, proxmox-hang, talos-never-boot, talos-reset-fails,
-// talos-fail, kube-fail, kube-hang; see lab.Fault) it takes the forge's:
+// proxmox-latency, proxmox-hang, proxmox-reset, proxmox-lost-reply,
+// talos-never-boot, talos-reset-fails, talos-fail, talos-hang, talos-reset,
+// talos-lost-reply, kube-fail, kube-hang, kube-reset, kube-lost-reply; see
+// lab.Fault) it takes the forge's:
 //
 //	{"kind":"github-fail","op":"comments.create","n":2,"status":502}
 //	{"kind":"github-secondary-limit","op":"statuses.create","n":1,"millis":3000}
 //	{"kind":"github-rate-limit","millis":60000}
 //	{"kind":"github-latency","op":"pulls.*","millis":2000}
+//	{"kind":"github-hang","op":"pulls.get","n":1}
+//	{"kind":"github-reset","op":"git.upload-pack","n":1}
+//	{"kind":"github-lost-reply","op":"comments.create","n":1}
 //
 // github-fail: the next n requests whose operation matches op answer
 // status (default 500) without effect; github-secondary-limit: the next n
@@ -44,9 +49,14 @@
 // millis (default 1000) rounded up to seconds, as GitHub's secondary rate
 // limit does; github-rate-limit: every user's primary rate limit is used
 // up for millis (default 60000); github-latency: requests matching op take
-// millis longer (0 removes it). op is a forge operation (pulls.get,
-// comments.create, statuses.create, git.upload-pack, ...; GET /lab/v1/
-// lists them as github_operations) or a path.Match pattern of them.
+// millis longer (0 removes it); github-hang: the next n requests matching
+// op are held without an answer until the client gives up; github-reset:
+// the next n requests matching op get their connection reset (TCP RST)
+// without effect; github-lost-reply: the next n requests matching op take
+// effect and then get their connection reset instead of an answer. op is
+// a forge operation (pulls.get, comments.create, statuses.create,
+// git.upload-pack, ...; GET /lab/v1/ lists them as github_operations) or a
+// path.Match pattern of them.
 // GET /lab/v1/log includes the forge's requests (source "github").
 package main
 

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -459,5 +460,116 @@ func TestControlAPIGitHubFaults(t *testing.T) {
 	}
 	if want := []string{"github-fail", "github-secondary-limit", "github-rate-limit", "proxmox-fail"}; !slices.Equal(faults, want) {
 		t.Errorf("the log's faults %v, want %v", faults, want)
+	}
+}
+
+// TestControlAPIGitHubConnectionFaults injects github-reset,
+// github-lost-reply and github-hang through the control API and sees them
+// with a net/http client of the forge and in the log.
+func TestControlAPIGitHubConnectionFaults(t *testing.T) {
+	t.Parallel()
+	l := startUp(t, "--subnet", "127.213.0.0/24,127.214.0.0/24")
+	api := func(ctx context.Context, method, path, body string) (int, []byte, error) {
+		req, err := http.NewRequestWithContext(ctx, method, l.env["TALOSLAB_GITHUB_API"]+"repos/"+l.env["TALOSLAB_REPO"]+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "token "+l.env["TALOSLAB_GITHUB_TOKEN"])
+		resp, err := l.http.Do(req)
+		if err != nil {
+			return 0, nil, err
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, data, err
+	}
+	inject := func(body string, want int, wantMsg string) {
+		t.Helper()
+		status, resp := l.control(t, http.MethodPost, "/lab/v1/faults", body)
+		if status != want || !strings.Contains(string(resp), wantMsg) {
+			t.Fatalf("POST /lab/v1/faults %s: %d %s, want %d naming %q", body, status, resp, want, wantMsg)
+		}
+	}
+	reset := func(err error) bool {
+		return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+	}
+
+	status, body, err := api(t.Context(), http.MethodGet, "/commits/main/status", "")
+	var combined struct {
+		SHA string `json:"sha"`
+	}
+	if err != nil || status != http.StatusOK || json.Unmarshal(body, &combined) != nil {
+		t.Fatalf("the combined status of main: %d %s %v", status, body, err)
+	}
+	createStatus := func() error {
+		status, body, err := api(t.Context(), http.MethodPost, "/statuses/"+combined.SHA, `{"state":"pending","context":"lab/test"}`)
+		if err == nil {
+			err = fmt.Errorf("answered %d %s", status, body)
+		}
+		return err
+	}
+	statuses := func() int {
+		status, body, err := api(t.Context(), http.MethodGet, "/commits/"+combined.SHA+"/statuses", "")
+		var list []json.RawMessage
+		if err != nil || status != http.StatusOK || json.Unmarshal(body, &list) != nil {
+			t.Fatalf("listing statuses: %d %s %v", status, body, err)
+		}
+		return len(list)
+	}
+
+	inject(`{"kind":"github-reset","op":"statuses.create","n":1}`, http.StatusOK, "github-reset")
+	if err := createStatus(); !reset(err) {
+		t.Fatalf("reset status: %v, want a connection reset", err)
+	}
+	if n := statuses(); n != 0 {
+		t.Errorf("%d statuses after the reset, want 0", n)
+	}
+	inject(`{"kind":"github-lost-reply","op":"statuses.*"}`, http.StatusOK, "github-lost-reply")
+	if err := createStatus(); !reset(err) {
+		t.Fatalf("status with a lost reply: %v, want a connection reset", err)
+	}
+	if n := statuses(); n != 1 {
+		t.Errorf("%d statuses after the lost reply, want 1", n)
+	}
+	inject(`{"kind":"github-hang","op":"pulls.list","n":1}`, http.StatusOK, "github-hang")
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	_, _, err = api(ctx, http.MethodGet, "/pulls", "")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("hung request: %v, want the client's deadline", err)
+	}
+	if status, body, err := api(t.Context(), http.MethodGet, "/pulls", ""); err != nil || status != http.StatusOK {
+		t.Fatalf("the request after the hang: %d %s %v", status, body, err)
+	}
+
+	inject(`{"kind":"github-hang"}`, http.StatusBadRequest, "needs op")
+	inject(`{"kind":"github-reset","op":"status.create"}`, http.StatusBadRequest, "needs op")
+	inject(`{"kind":"github-lost-reply","op":"["}`, http.StatusBadRequest, "needs op")
+	inject(`{"kind":"github-crash","op":"*"}`, http.StatusBadRequest, "unknown fault kind")
+
+	var results []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, body := l.control(t, http.MethodGet, "/lab/v1/log", "")
+		var entries []struct {
+			Source, Op, Result string
+		}
+		if err := json.Unmarshal(body, &entries); status != http.StatusOK || err != nil {
+			t.Fatalf("GET /lab/v1/log: %d %s", status, body)
+		}
+		results = nil
+		for _, e := range entries {
+			if e.Source == "github" && (strings.HasPrefix(e.Result, "no answer (") || strings.Contains(e.Result, "not sent")) {
+				results = append(results, e.Op+": "+e.Result)
+			}
+		}
+		if len(results) == 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	want := []string{"statuses.create: no answer (reset)", "statuses.create: 201 not sent (lost-reply)", "pulls.list: no answer (hang)"}
+	if !slices.Equal(results, want) {
+		t.Errorf("the log's faulted requests %q, want %q", results, want)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 )
 
 const (
@@ -236,6 +238,7 @@ func (f *Forge) serveAPI(w http.ResponseWriter, r *http.Request, rt *route, para
 	f.mu.Lock()
 	acct.roll(now)
 	var early *response
+	var drop dropKind
 	switch {
 	case counted && acct.used >= f.limit:
 		msg := fmt.Sprintf("API rate limit exceeded for user ID %d. If you reach out to GitHub Support "+
@@ -250,9 +253,22 @@ func (f *Forge) serveAPI(w http.ResponseWriter, r *http.Request, rt *route, para
 			early.header = http.Header{"Retry-After": {strconv.FormatInt(secs, 10)}}
 		} else if rule := f.faults.takeFail(rt.op); rule != nil {
 			early = fail(rule.status, http.StatusText(rule.status))
+		} else {
+			drop = f.faults.takeDrop(rt.op)
 		}
 	}
 	f.mu.Unlock()
+	switch drop {
+	case dropHang:
+		rec.Fault = string(drop)
+		f.hold(w, r)
+		return
+	case dropReset:
+		rec.Fault = string(drop)
+		logNow() // before the client can notice
+		connabort.HTTP(w, r)
+		return
+	}
 
 	resp := early
 	var c *call
@@ -303,6 +319,13 @@ func (f *Forge) serveAPI(w http.ResponseWriter, r *http.Request, rt *route, para
 		h[k] = v
 	}
 	rec.Status = status
+	if drop == dropLost {
+		// Carried out and logged; the answer is lost with the connection.
+		rec.Fault = string(drop)
+		logNow()
+		connabort.HTTP(w, r)
+		return
+	}
 	logNow()
 	if body == nil {
 		w.WriteHeader(status)

@@ -1,10 +1,14 @@
 package forge
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"path"
 	"slices"
 	"time"
+
+	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 )
 
 // AnyOp is the operation pattern matching every operation.
@@ -27,10 +31,26 @@ type latencyRule struct {
 	d       time.Duration
 }
 
+// dropKind is a fault that keeps the answer from the client.
+type dropKind string
+
+const (
+	dropHang  dropKind = "hang"       // never answer
+	dropReset dropKind = "reset"      // reset the connection, without effect
+	dropLost  dropKind = "lost-reply" // take effect, then reset the connection
+)
+
+type dropRule struct {
+	pattern string
+	left    int
+	kind    dropKind
+}
+
 type faultTable struct {
 	fail      []*failRule
 	secondary []*secondaryRule
 	latency   []latencyRule
+	drop      []*dropRule
 }
 
 // matchOp reports whether op matches pattern, a path.Match pattern such as
@@ -58,7 +78,7 @@ func (f *Forge) Operations() []string {
 }
 
 // MatchesOperation reports whether an operation pattern, as Fail,
-// SecondaryRateLimit and Latency take it, is well formed and matches at
+// SecondaryRateLimit, Latency, Hang, ResetConn and LoseReply take it, is well formed and matches at
 // least one operation of the forge.
 func (f *Forge) MatchesOperation(pattern string) bool {
 	for _, op := range f.Operations() {
@@ -132,6 +152,71 @@ func (f *Forge) Latency(opPattern string, d time.Duration) {
 		rules = append(rules, latencyRule{pattern: opPattern, d: d})
 	}
 	f.faults.latency = rules
+}
+
+// Hang makes the next n requests whose operation matches opPattern (see
+// Fail) never answer, without effect: they are held until the client gives
+// up, or until Close is called, which resets their connections. API and git
+// operations can hang.
+func (f *Forge) Hang(opPattern string, n int) { f.addDrop(opPattern, n, dropHang) }
+
+// ResetConn makes the next n requests whose operation matches opPattern
+// (see Fail) get no answer: the connection is aborted with a TCP reset
+// before the request has any effect, as when a proxy or the server
+// crashes.
+func (f *Forge) ResetConn(opPattern string, n int) { f.addDrop(opPattern, n, dropReset) }
+
+// LoseReply makes the next n requests whose operation matches opPattern
+// (see Fail) take full effect (the comment or status is stored, the push
+// is received) and then lose their answer: the connection is aborted with
+// a TCP reset instead.
+func (f *Forge) LoseReply(opPattern string, n int) { f.addDrop(opPattern, n, dropLost) }
+
+func (f *Forge) addDrop(opPattern string, n int, kind dropKind) {
+	if n <= 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults.drop = append(f.faults.drop, &dropRule{pattern: opPattern, left: n, kind: kind})
+}
+
+// Close releases the requests held by Hang (their connections are reset);
+// later hangs end at once. The forge keeps serving otherwise.
+func (f *Forge) Close() {
+	f.closeOnce.Do(func() { close(f.closed) })
+}
+
+// ConnContext is a hook for the http.Server.ConnContext of the server
+// serving Handler. ResetConn and LoseReply need it to reset HTTP/2
+// connections; HTTP/1 connections are reset without it.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return connabort.ConnContext(ctx, c)
+}
+
+// takeDrop consumes a hang, reset or lost-reply rule matching op; it
+// returns "" when none applies. The caller holds f.mu.
+func (t *faultTable) takeDrop(op string) dropKind {
+	for _, r := range t.drop {
+		if r.left > 0 && matchOp(r.pattern, op) {
+			r.left--
+			return r.kind
+		}
+	}
+	return ""
+}
+
+// hold keeps a hung request until its client gives up or the forge
+// closes: it never gets an answer.
+func (f *Forge) hold(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-r.Context().Done():
+		// The client is gone. Aborting the handler drops the request alone,
+		// not an HTTP/2 connection the client may share with others.
+		panic(http.ErrAbortHandler)
+	case <-f.closed:
+		connabort.HTTP(w, r)
+	}
 }
 
 // takeFail consumes a failure rule matching op. The caller holds f.mu.

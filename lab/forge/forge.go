@@ -87,11 +87,15 @@ type Request struct {
 	// Op is the operation name (see Handler), or "unimplemented".
 	Op string
 	// Status is the HTTP status answered, or 0 when the client gave up
-	// before an answer.
+	// before an answer or the connection was reset. For a lost reply it is
+	// the status the answer would have had.
 	Status int
 	// User is the authenticated login, empty when the request carried no
 	// valid credentials.
 	User string
+	// Fault is the injected fault that kept the answer from the client:
+	// "hang", "reset" or "lost-reply"; empty otherwise.
+	Fault string
 }
 
 // Forge is the emulated GitHub. It is safe for concurrent use.
@@ -107,6 +111,10 @@ type Forge struct {
 	// reads by git http-backend. It is taken before mu, never while mu is
 	// held.
 	gitMu sync.RWMutex
+
+	// closed is closed by Close, releasing hung requests.
+	closed    chan struct{}
+	closeOnce sync.Once
 
 	mu     sync.Mutex
 	users  map[string]*account // by lower-case login
@@ -166,6 +174,7 @@ func New(o Options) (*Forge, error) {
 		users:  map[string]*account{},
 		anon:   &account{},
 		repos:  map[string]*Repo{},
+		closed: make(chan struct{}),
 	}
 	f.routes = f.apiRoutes()
 	for _, u := range o.Users {

@@ -9,6 +9,8 @@ import (
 	"net/http/cgi"
 	"strings"
 	"time"
+
+	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 )
 
 // maxGitBody bounds a git request body the forge buffers because its
@@ -90,10 +92,15 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (f *Forge) serveGit(w http.ResponseWriter, r *http.Request, g gitRequest) {
 	rec := Request{Time: time.Now(), Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Op: g.op}
 	sw := &statusWriter{ResponseWriter: w}
-	defer func() {
-		rec.Status = sw.status
-		f.record(rec)
-	}()
+	logged := false
+	logNow := func() {
+		if !logged {
+			logged = true
+			rec.Status = sw.status
+			f.record(rec)
+		}
+	}
+	defer logNow()
 	if !f.delay(r, g.op) {
 		return
 	}
@@ -112,16 +119,39 @@ func (f *Forge) serveGit(w http.ResponseWriter, r *http.Request, g gitRequest) {
 	f.mu.Lock()
 	perm := repo.permission(acct.Login)
 	rule := f.faults.takeFail(g.op)
+	var drop dropKind
+	if rule == nil {
+		drop = f.faults.takeDrop(g.op)
+	}
 	f.mu.Unlock()
 	if g.receive && perm.rank() < PermissionWrite.rank() {
 		http.Error(sw, fmt.Sprintf("Permission to %s.git denied to %s.", repo.FullName(), acct.Login), http.StatusForbidden)
 		return
 	}
-	if rule != nil {
+	rec.Fault = string(drop)
+	switch {
+	case rule != nil:
 		http.Error(sw, http.StatusText(rule.status), rule.status)
-		return
+	case drop == dropHang:
+		f.hold(w, r)
+	case drop == dropReset:
+		logNow() // before the client can notice
+		connabort.HTTP(w, r)
+	case drop == dropLost:
+		// git answers into nothing; the request is logged with the status
+		// git gave, then its connection is reset.
+		sw.ResponseWriter = &connabort.Unsent{}
+		f.runBackend(sw, r, g, repo, acct.Login)
+		logNow()
+		connabort.HTTP(w, r)
+	default:
+		f.runBackend(sw, r, g, repo, acct.Login)
 	}
+}
 
+// runBackend runs git http-backend for an authorised smart-HTTP request of
+// login on repo, and brings open pull requests up to date after a push.
+func (f *Forge) runBackend(sw *statusWriter, r *http.Request, g gitRequest, repo *Repo, login string) {
 	req := r.Clone(r.Context())
 	req.Header.Del("Authorization") // the CGI program sees headers as HTTP_* variables
 	req.URL.Path = "/" + repo.FullName() + ".git/" + g.tail
@@ -145,7 +175,7 @@ func (f *Forge) serveGit(w http.ResponseWriter, r *http.Request, g gitRequest) {
 		Env: []string{
 			"GIT_PROJECT_ROOT=" + f.dir,
 			"GIT_HTTP_EXPORT_ALL=1",
-			"REMOTE_USER=" + acct.Login,
+			"REMOTE_USER=" + login,
 			"GIT_CONFIG_NOSYSTEM=1",
 			"GIT_CONFIG_GLOBAL=/dev/null",
 			"HOME=" + f.dir,

@@ -47,7 +47,10 @@ func newWorld(t *testing.T, opts ...func(*forge.Options)) *world {
 		t.Fatal(err)
 	}
 	srv := httptest.NewTLSServer(f.Handler())
-	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		f.Close() // releases hung requests
+		srv.Close()
+	})
 	home := t.TempDir()
 	caFile := filepath.Join(home, "ca.pem")
 	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})

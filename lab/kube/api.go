@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
+
+	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 )
 
 // request is what the router makes of a URL.
@@ -98,7 +100,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		op.Fault = f.kind
 		s.mu.Unlock()
-		if f.kind == "hang" {
+		switch f.kind {
+		case "hang":
 			select {
 			case <-r.Context().Done():
 			case <-s.closed:
@@ -106,9 +109,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			// Nothing is written: the client has gone, or the server is closing
 			// the connection under it.
 			rec.code = 0
-			return
+		case "reset":
+			connabort.HTTP(w, r)
+		case "lost-reply":
+			lost := &connabort.Unsent{}
+			s.serve(lost, r, req, verb)
+			// Logged before the client can notice, as answers are.
+			rec.code = lost.Code
+			s.mu.Lock()
+			op.Code = lost.Code
+			s.mu.Unlock()
+			connabort.HTTP(w, r)
+		default:
+			writeError(rec, r, injectedError(op, f.status))
 		}
-		writeError(rec, r, injectedError(op, f.status))
 		return
 	}
 	s.serve(rec, r, req, verb)

@@ -30,10 +30,11 @@ type Op struct {
 	// Namespace and Name identify the object, where the request names one.
 	Namespace, Name string
 	// Code is the HTTP status code of the answer; 0 while the request is
-	// being served and for a request that was hung.
+	// being served and for a request that was hung or whose connection was
+	// reset. For a lost reply it is the code the answer would have had.
 	Code int
 	// Fault is the injected fault that shaped the answer: "fail", "hang",
-	// "delay" or empty.
+	// "delay", "reset", "lost-reply" or empty.
 	Fault string
 }
 
@@ -42,7 +43,7 @@ type Op struct {
 func (o Op) Key() string { return o.Verb + " " + o.Resource }
 
 type fault struct {
-	kind   string // fail, hang, delay
+	kind   string // fail, hang, delay, reset, lost-reply
 	match  string
 	left   int
 	status int
@@ -78,6 +79,22 @@ func (s *Server) Fail(op string, n, status int) {
 // or the server closes.
 func (s *Server) Hang(op string, n int) {
 	s.addFault(&fault{kind: "hang", match: op, left: n})
+}
+
+// ResetConn makes the next n requests matching op (see Fail) get no
+// answer: the connection is aborted with a TCP reset before the request has
+// any effect, as when a proxy or the API server crashes. Over HTTP/2 every
+// request sharing the connection loses it too, as with a real reset.
+func (s *Server) ResetConn(op string, n int) {
+	s.addFault(&fault{kind: "reset", match: op, left: n})
+}
+
+// LoseReply makes the next n requests matching op (see Fail) take full
+// effect (the object is written) and then lose their answer: the
+// connection is aborted with a TCP reset instead, as when the API server
+// crashes after committing.
+func (s *Server) LoseReply(op string, n int) {
+	s.addFault(&fault{kind: "lost-reply", match: op, left: n})
 }
 
 // Delay makes the next n requests matching op (see Fail) wait d before they

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 )
 
 // DefaultVersion is the Kubernetes version the emulator reports when
@@ -125,6 +127,8 @@ func (s *Server) Start(ctx context.Context) error {
 		TLSConfig:         s.tls,
 		ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog:          errLog,
+		// ResetConn and LoseReply reset HTTP/2 connections through it.
+		ConnContext: connabort.ConnContext,
 	}
 	srv := s.srv
 	go func() { _ = srv.ServeTLS(ln, "", "") }()

@@ -46,10 +46,14 @@ func (s *Server) routes() {
 		if rec, ok := r.Context().Value(ctxKey{}).(*Op); ok {
 			rec.Name = "sdn"
 		}
-		if !s.inject(w, r, "sdn") {
-			return
+		handle, lose := s.inject(w, r, "sdn")
+		switch {
+		case !handle:
+		case lose:
+			loseReply(w, r, notImplementedError(r.Method, r.URL.Path))
+		default:
+			s.notImplemented(w, r.Method, r.URL.Path)
 		}
-		s.notImplemented(w, r.Method, r.URL.Path)
 	}
 	s.mux.HandleFunc(apiPrefix+"/cluster/sdn", sdn)
 	s.mux.HandleFunc(apiPrefix+"/cluster/sdn/", sdn)

@@ -1,12 +1,17 @@
 package pve
 
 import (
+	"context"
+	"errors"
+	"net"
 	"net/http"
 	"time"
+
+	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 )
 
-// AnyOp matches every operation in Fail, TaskWarnings, TaskFail, SetLatency
-// and Hang.
+// AnyOp matches every operation in Fail, TaskWarnings, TaskFail, SetLatency,
+// Hang, ResetConn and LoseReply.
 const AnyOp = "*"
 
 type failRule struct {
@@ -27,6 +32,8 @@ type faultTable struct {
 	taskFail map[string][]*countRule
 	latency  map[string]time.Duration
 	hang     map[string]int
+	reset    map[string]int
+	lost     map[string]int
 }
 
 func newFaultTable() faultTable {
@@ -36,6 +43,8 @@ func newFaultTable() faultTable {
 		taskFail: map[string][]*countRule{},
 		latency:  map[string]time.Duration{},
 		hang:     map[string]int{},
+		reset:    map[string]int{},
+		lost:     map[string]int{},
 	}
 }
 
@@ -108,6 +117,40 @@ func (s *Server) Hang(op string, n int) {
 	s.faults.hang[op] += n
 }
 
+// ResetConn makes the next n requests of operation op (or of any operation,
+// with AnyOp) get no answer: the connection is aborted with a TCP reset
+// before the request has any effect, as when a proxy or the API server
+// crashes. The log shows them with status 0 and fault "reset".
+func (s *Server) ResetConn(op string, n int) {
+	s.addCount(s.faults.reset, op, n)
+}
+
+// LoseReply makes the next n requests of operation op (or of any
+// operation, with AnyOp) take full effect and then lose their answer: the
+// connection is aborted with a TCP reset instead. An asynchronous
+// operation's task is started and ends as usual; only the answer with its
+// UPID is lost. The log shows the status the answer would have had and
+// fault "lost-reply".
+func (s *Server) LoseReply(op string, n int) {
+	s.addCount(s.faults.lost, op, n)
+}
+
+func (s *Server) addCount(m map[string]int, op string, n int) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m[op] += n
+}
+
+// ConnContext is a hook for the http.Server.ConnContext of the server
+// serving Handler. ResetConn and LoseReply need it to reset HTTP/2
+// connections; HTTP/1 connections are reset without it.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return connabort.ConnContext(ctx, c)
+}
+
 // takeFail consumes a failure rule for op. The caller holds s.mu.
 func (f *faultTable) takeFail(op string) *failRule {
 	for _, key := range []string{op, AnyOp} {
@@ -139,10 +182,12 @@ func takeCount(m map[string][]*countRule, op string) *countRule {
 	return nil
 }
 
-func (f *faultTable) takeHang(op string) bool {
+// takeN consumes one of the counted faults of m for op. The caller holds
+// s.mu.
+func takeN(m map[string]int, op string) bool {
 	for _, key := range []string{op, AnyOp} {
-		if f.hang[key] > 0 {
-			f.hang[key]--
+		if m[key] > 0 {
+			m[key]--
 			return true
 		}
 	}
@@ -156,9 +201,10 @@ func (f *faultTable) latencyOf(op string) time.Duration {
 	return f.latency[AnyOp]
 }
 
-// inject applies latency, hangs and failures to a request. It reports
-// whether the request should be handled.
-func (s *Server) inject(w http.ResponseWriter, r *http.Request, op string) bool {
+// inject applies latency, hangs, failures and resets to a request. It
+// reports whether the request should be handled, and whether its answer is
+// then to be lost (see LoseReply).
+func (s *Server) inject(w http.ResponseWriter, r *http.Request, op string) (handle, lose bool) {
 	s.mu.Lock()
 	d := s.faults.latencyOf(op)
 	s.mu.Unlock()
@@ -173,25 +219,68 @@ func (s *Server) inject(w http.ResponseWriter, r *http.Request, op string) bool 
 	}
 
 	s.mu.Lock()
-	hang := s.faults.takeHang(op)
 	var rule *failRule
+	hang := takeN(s.faults.hang, op)
 	if !hang {
 		rule = s.faults.takeFail(op)
 	}
+	reset := !hang && rule == nil && takeN(s.faults.reset, op)
+	lose = !hang && rule == nil && !reset && takeN(s.faults.lost, op)
 	s.mu.Unlock()
 
-	if hang {
+	switch {
+	case hang:
+		markFault(r, "hang")
 		select {
 		case <-r.Context().Done():
 			panic(http.ErrAbortHandler) // the client is gone: answer nothing
 		case <-s.closed:
 			writeError(w, &apiError{status: http.StatusServiceUnavailable, msg: "hung request released"})
 		}
-		return false
-	}
-	if rule != nil {
+		return false, false
+	case rule != nil:
 		writeError(w, &apiError{status: rule.status, msg: rule.msg})
-		return false
+		return false, false
+	case reset:
+		markFault(r, "reset")
+		abort(w, r)
+		return false, false
 	}
-	return true
+	return true, lose
+}
+
+// loseReply aborts the connection of a request that was carried out,
+// instead of answering it; the log keeps the status the answer would have
+// had.
+func loseReply(w http.ResponseWriter, r *http.Request, err error) {
+	status, msg := http.StatusOK, ""
+	if err != nil {
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			ae = errorf("%s", err.Error())
+		}
+		status, msg = ae.status, ae.msg
+	}
+	if sw, ok := w.(*statusWriter); ok {
+		sw.status, sw.msg = status, msg
+	}
+	markFault(r, "lost-reply")
+	abort(w, r)
+}
+
+// abort logs a request that gets no answer and resets its connection; it
+// is logged first so that the log has it before the client notices.
+func abort(w http.ResponseWriter, r *http.Request) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.logNow()
+	}
+	connabort.HTTP(w, r)
+}
+
+// markFault notes in the request's log entry the fault that kept its
+// answer from the client.
+func markFault(r *http.Request, fault string) {
+	if rec, ok := r.Context().Value(ctxKey{}).(*Op); ok {
+		rec.Fault = fault
+	}
 }

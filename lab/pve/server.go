@@ -88,10 +88,15 @@ type Op struct {
 	// removed. Query is the raw query string.
 	Method, Path, Query string
 	// Status is the HTTP status answered, or 0 when the client gave up
-	// before an answer (for example on a hung operation).
+	// before an answer (for example on a hung operation) or the connection
+	// was reset. For a lost reply it is the status the answer would have
+	// had.
 	Status int
 	// Message is the error message of a failed request, empty on success.
 	Message string
+	// Fault is the injected fault that kept the answer from the client:
+	// "hang", "reset" or "lost-reply"; empty otherwise.
+	Fault string
 }
 
 // Server is the emulated Proxmox VE cluster. It is safe for concurrent use.
@@ -300,6 +305,15 @@ func (w *statusWriter) note(code int) {
 	}
 }
 
+// logNow logs the request now, with the status noted so far, unless it
+// was logged already.
+func (w *statusWriter) logNow() {
+	if !w.logged {
+		w.logged = true
+		w.log()
+	}
+}
+
 func (w *statusWriter) WriteHeader(code int) {
 	w.note(code)
 	w.ResponseWriter.WriteHeader(code)
@@ -309,6 +323,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	w.note(http.StatusOK)
 	return w.ResponseWriter.Write(b)
 }
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimPrefix(r.URL.Path, apiPrefix)
@@ -326,12 +343,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.logger.Debug("pve request", "method", rec.Method, "path", rec.Path, "op", rec.Name, "status", rec.Status)
 	}
 	// A hung request that never answered is logged with status 0.
-	defer func() {
-		if !sw.logged {
-			sw.logged = true
-			sw.log()
-		}
-	}()
+	defer sw.logNow()
 
 	if !strings.HasPrefix(r.URL.Path, apiPrefix+"/") {
 		rec.Name = "unimplemented"
@@ -381,10 +393,15 @@ func (s *Server) route(method, path, op string, h handlerFunc) {
 		if rec, ok := r.Context().Value(ctxKey{}).(*Op); ok {
 			rec.Name = op
 		}
-		if !s.inject(w, r, op) {
+		handle, lose := s.inject(w, r, op)
+		if !handle {
 			return
 		}
 		data, err := h(r)
+		if lose {
+			loseReply(w, r, err)
+			return
+		}
 		if err != nil {
 			writeError(w, err)
 			return
@@ -394,10 +411,14 @@ func (s *Server) route(method, path, op string, h handlerFunc) {
 }
 
 func (s *Server) notImplemented(w http.ResponseWriter, method, path string) {
-	writeError(w, &apiError{
+	writeError(w, notImplementedError(method, path))
+}
+
+func notImplementedError(method, path string) *apiError {
+	return &apiError{
 		status: http.StatusNotImplemented,
 		msg:    fmt.Sprintf("Method '%s %s' not implemented", method, strings.TrimPrefix(path, apiPrefix)),
-	})
+	}
 }
 
 // apiError is an error answered with a status code and the Proxmox VE error

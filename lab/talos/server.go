@@ -3,6 +3,7 @@ package talos
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -51,7 +52,7 @@ type instance struct {
 	serverTLS *tls.Config
 
 	srv      *grpc.Server
-	lis      net.Listener
+	lis      *connListener
 	stopped  chan struct{}
 	stopOnce sync.Once
 }
@@ -91,7 +92,7 @@ func (w *World) listen(n *node) (*instance, error) {
 		return nil, fmt.Errorf("listening on %s: %w", n.addr, err)
 	}
 
-	inst.lis = lis
+	inst.lis = newConnListener(lis)
 
 	creds := credentials.NewTLS(&tls.Config{
 		GetConfigForClient: inst.tlsConfig,
@@ -111,7 +112,7 @@ func (w *World) listen(n *node) (*instance, error) {
 	cosiapi.RegisterStateServer(inst.srv, stateServer{})
 
 	go func() {
-		err := inst.srv.Serve(lis)
+		err := inst.srv.Serve(inst.lis)
 
 		select {
 		case <-inst.stopped:
@@ -321,6 +322,9 @@ func (inst *instance) unary(ctx context.Context, req any, info *grpc.UnaryServer
 
 	for _, target := range targets {
 		resp, err := serveOne(target)
+		if errors.Is(err, errDropped) {
+			return nil, err // the connection is gone: no other node is asked
+		}
 
 		var msg proto.Message
 
@@ -356,6 +360,30 @@ type routedStream struct {
 }
 
 func (s *routedStream) Context() context.Context { return s.ctx }
+
+// SendMsg sends a message, or resets the connection instead when the
+// call's reply is to be lost.
+func (s *routedStream) SendMsg(m any) error {
+	if g := gateOf(s.ctx); g != nil {
+		g.drop()
+
+		return errDropped
+	}
+
+	return s.ServerStream.SendMsg(m)
+}
+
+// SendHeader sends the header, or resets the connection instead when the
+// call's reply is to be lost.
+func (s *routedStream) SendHeader(md metadata.MD) error {
+	if g := gateOf(s.ctx); g != nil {
+		g.drop()
+
+		return errDropped
+	}
+
+	return s.ServerStream.SendHeader(md)
+}
 
 func (inst *instance) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	targets, multi, roles, err := inst.admit(ss.Context(), info.FullMethod)
@@ -396,7 +424,7 @@ func (inst *instance) serve(ctx context.Context, method, target string, roles ro
 	}
 
 	latency := n.faults.latency
-	failCode, fail := n.faults.takeCallFault(method)
+	fault, failCode := n.faults.takeCallFault(method)
 	c := &call{w: w, via: inst, node: n, gen: n.gen, label: target, roles: roles, method: method}
 
 	w.mu.Unlock()
@@ -413,15 +441,28 @@ func (inst *instance) serve(ctx context.Context, method, target string, roles ro
 		}
 	}
 
-	var resp any
+	ctx = context.WithValue(ctx, callKey{}, c)
 
-	if fail {
+	var (
+		resp any
+		gate *replyGate
+	)
+
+	switch fault {
+	case callFail:
 		err = status.Errorf(failCode, "injected fault: %s on %s", shortMethod(method), n.addr)
-	} else {
-		resp, err = fn(context.WithValue(ctx, callKey{}, c))
+	case callHang:
+		err = inst.hang(ctx)
+	case callReset:
+		err = errDropped
+	case callLostReply:
+		gate = &replyGate{reset: func() { inst.resetConn(ctx) }}
+		resp, err = fn(context.WithValue(ctx, replyGateKey{}, gate))
+	default:
+		resp, err = fn(ctx)
 	}
 
-	op := Op{Time: time.Now(), Node: n.addr, Endpoint: inst.addr, Call: method, Code: status.Code(err)}
+	op := Op{Time: time.Now(), Node: n.addr, Endpoint: inst.addr, Call: method, Code: status.Code(err), Fault: string(fault)}
 	if err != nil {
 		op.Err = status.Convert(err).Message()
 	}
@@ -429,6 +470,16 @@ func (inst *instance) serve(ctx context.Context, method, target string, roles ro
 	w.mu.Lock()
 	w.record(op)
 	w.mu.Unlock()
+
+	// The call is logged before its client can notice the reset.
+	switch fault {
+	case callReset:
+		inst.resetConn(ctx)
+	case callLostReply:
+		gate.drop()
+
+		return nil, errDropped
+	}
 
 	return resp, err
 }

@@ -259,6 +259,10 @@ type Op struct {
 	Code codes.Code
 	// Err is the error message; empty on success.
 	Err string
+	// Fault is the injected fault that shaped the call: "fail", "hang",
+	// "reset" or "lost-reply"; empty otherwise. For a lost reply, Code and
+	// Err are the call's outcome, which the client never received.
+	Fault string
 }
 
 // Short returns the method name of the call, such as "Bootstrap".
@@ -689,15 +693,45 @@ func (w *World) StuckEtcdMember(addr netip.Addr) {
 // FailCalls makes the next n calls of method to the node at addr fail with
 // code. method is a full gRPC method name or its last element ("Reset").
 func (w *World) FailCalls(addr netip.Addr, method string, n int, code codes.Code) {
+	w.setCallFault(addr, callFail, method, n, code)
+}
+
+// HangCalls makes the next n calls of method (see FailCalls) to the node
+// at addr hang without effect: they block until the client's context ends
+// or the API that received them stops.
+func (w *World) HangCalls(addr netip.Addr, method string, n int) {
+	w.setCallFault(addr, callHang, method, n, codes.OK)
+}
+
+// ResetCalls makes the next n calls of method (see FailCalls) to the node
+// at addr fail in the transport: the TCP connection the call came in on is
+// aborted with a reset before the call has any effect, as when apid
+// crashes. The client sees Unavailable from its transport and reconnects
+// for later calls.
+func (w *World) ResetCalls(addr netip.Addr, method string, n int) {
+	w.setCallFault(addr, callReset, method, n, codes.OK)
+}
+
+// LoseReplies makes the next n calls of method (see FailCalls) to the node
+// at addr take full effect and then lose their answer: the connection is
+// aborted with a TCP reset instead. A streaming call is cut when it would
+// send its first message.
+func (w *World) LoseReplies(addr netip.Addr, method string, n int) {
+	w.setCallFault(addr, callLostReply, method, n, codes.OK)
+}
+
+// setCallFault sets how many calls of method a fault of the given kind
+// takes, replacing the count left from before.
+func (w *World) setCallFault(addr netip.Addr, kind callFaultKind, method string, n int, code codes.Code) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 
 	f := w.faultsOf(addr)
-	if f.failCalls == nil {
-		f.failCalls = map[string]*callFault{}
+	if f.calls == nil {
+		f.calls = map[callFaultKey]*callFault{}
 	}
 
-	f.failCalls[method] = &callFault{n: n, code: code}
+	f.calls[callFaultKey{kind: kind, method: method}] = &callFault{n: n, code: code}
 }
 
 // Latency delays every call to the node at addr by d.
@@ -744,9 +778,28 @@ type faults struct {
 	neverBoot       bool
 	failReset       int
 	stuckMember     bool
-	failCalls       map[string]*callFault
+	calls           map[callFaultKey]*callFault
 	latency         time.Duration
 	rollbackUpgrade int
+}
+
+// callFaultKind is what a call fault does to a call.
+type callFaultKind string
+
+// Call fault kinds, in the order they are taken when several apply.
+const (
+	callNone      callFaultKind = ""
+	callFail      callFaultKind = "fail"
+	callHang      callFaultKind = "hang"
+	callReset     callFaultKind = "reset"
+	callLostReply callFaultKind = "lost-reply"
+)
+
+var callFaultKinds = []callFaultKind{callFail, callHang, callReset, callLostReply}
+
+type callFaultKey struct {
+	kind   callFaultKind
+	method string
 }
 
 type callFault struct {
@@ -754,20 +807,23 @@ type callFault struct {
 	code codes.Code
 }
 
-// takeCallFault consumes a call fault for method, if any.
-func (f *faults) takeCallFault(method string) (codes.Code, bool) {
-	for _, key := range []string{method, shortMethod(method)} {
-		cf := f.failCalls[key]
-		if cf == nil || cf.n <= 0 {
-			continue
+// takeCallFault consumes a call fault for method, if any, and returns its
+// kind (callNone without one) and, for a failure, its code.
+func (f *faults) takeCallFault(method string) (callFaultKind, codes.Code) {
+	for _, kind := range callFaultKinds {
+		for _, key := range []string{method, shortMethod(method)} {
+			cf := f.calls[callFaultKey{kind: kind, method: key}]
+			if cf == nil || cf.n <= 0 {
+				continue
+			}
+
+			cf.n--
+
+			return kind, cf.code
 		}
-
-		cf.n--
-
-		return cf.code, true
 	}
 
-	return codes.OK, false
+	return callNone, codes.OK
 }
 
 func shortMethod(method string) string {
