@@ -127,6 +127,8 @@ type Metrics struct {
 	drift         *prometheus.GaugeVec
 	driftCheck    *prometheus.GaugeVec
 	running       *prometheus.GaugeVec
+	failing       *prometheus.GaugeVec
+	leaseHeld     *prometheus.GaugeVec
 	lastFetch     prometheus.Gauge
 	fetches       *prometheus.CounterVec
 	githubCalls   *prometheus.CounterVec
@@ -191,6 +193,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name:      "cluster_running",
 			Help:      "Runs of a cluster in progress, by kind.",
 		}, []string{"cluster", "kind"}),
+		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_converge_failing",
+			Help:      "1 when the last converge of a cluster failed or was refused (also while it waits to be retried), 0 after a successful one.",
+		}, []string{"cluster"}),
+		leaseHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_lease_held",
+			Help:      "1 when this agent replica holds the cluster's Lease and so plans and converges it, else 0.",
+		}, []string{"cluster"}),
 		lastFetch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace,
 			Name:      "git_last_fetch_timestamp_seconds",
@@ -240,7 +252,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.runs, m.runDuration, m.lastSuccess, m.drift, m.driftCheck, m.running,
+		m.runs, m.runDuration, m.lastSuccess, m.drift, m.driftCheck, m.running, m.failing, m.leaseHeld,
 		m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
 	}
 }
@@ -307,6 +319,8 @@ func (m *Metrics) forget(cluster string) {
 	m.drift.DeletePartialMatch(l)
 	m.driftCheck.DeletePartialMatch(l)
 	m.running.DeletePartialMatch(l)
+	m.failing.DeletePartialMatch(l)
+	m.leaseHeld.DeletePartialMatch(l)
 }
 
 // ClusterLabel returns the label value for a cluster path: the path itself
@@ -390,6 +404,23 @@ func (m *Metrics) RunFinished(kind Kind, cluster string, result Result, d time.D
 	if result == ResultSuccess {
 		m.lastSuccess.WithLabelValues(c, k).Set(unixSeconds(m.now()))
 	}
+	if kind == KindConverge {
+		switch result {
+		case ResultSuccess:
+			m.failing.WithLabelValues(c).Set(0)
+		case ResultFailure, ResultRefused, ResultRetried:
+			m.failing.WithLabelValues(c).Set(1)
+		}
+	}
+}
+
+// LeaseHeld records whether this replica holds a cluster's Lease.
+func (m *Metrics) LeaseHeld(cluster string, held bool) {
+	v := 0.0
+	if held {
+		v = 1
+	}
+	m.leaseHeld.WithLabelValues(m.ClusterLabel(cluster)).Set(v)
 }
 
 // Drift records the outcome of a drift check that could plan cluster:

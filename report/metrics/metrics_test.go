@@ -124,6 +124,28 @@ func TestNilRegistererLeavesUnregistered(t *testing.T) {
 	}
 }
 
+func TestConvergeFailingAndLeaseHeld(t *testing.T) {
+	t.Parallel()
+	m, _ := newMetrics(t)
+	failing := func() float64 {
+		return value(m, "taloscluster_cluster_converge_failing", map[string]string{"cluster": "clusters/a"})
+	}
+	for _, step := range []struct {
+		result metrics.Result
+		want   float64
+	}{{metrics.ResultRetried, 1}, {metrics.ResultCancelled, 1}, {metrics.ResultSuccess, 0}, {metrics.ResultRefused, 1}} {
+		m.RunStarted(metrics.KindConverge, "clusters/a")
+		m.RunFinished(metrics.KindConverge, "clusters/a", step.result, time.Second)
+		if got := failing(); got != step.want {
+			t.Fatalf("after a %s converge: failing %v, want %v", step.result, got, step.want)
+		}
+	}
+	m.LeaseHeld("clusters/a", true)
+	if got := value(m, "taloscluster_cluster_lease_held", map[string]string{"cluster": "clusters/a"}); got != 1 {
+		t.Fatalf("lease held %v, want 1", got)
+	}
+}
+
 func TestReportsPendingAgeGrowsWhileScraped(t *testing.T) {
 	t.Parallel()
 	m, _ := newMetrics(t) // the clock stands at epoch
