@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/taloscluster/taloscluster/lab/kube"
+	"github.com/taloscluster/taloscluster/lab/kube/realkube"
 )
 
 // wireRequest is one raw request whose answer the emulator and the real
@@ -186,23 +186,16 @@ func wireFixtures(ctx context.Context, t *testing.T, c kubernetes.Interface) {
 // and the known differences above.
 func TestWireConformance(t *testing.T) {
 	t.Parallel()
-	bins := map[string]string{}
-	for _, env := range []string{envAPIServer, envController, envEtcd} {
-		if bins[env] = os.Getenv(env); bins[env] == "" {
-			t.Skipf("set %s, %s and %s to compare the emulator's answers with a real kube-apiserver's "+
-				"(eval \"$(bash .ci/kube-binaries.sh)\" builds them)", envAPIServer, envController, envEtcd)
-		}
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cp := startControlPlane(t, bins)
+	cp := realkube.Start(t, realkube.Options{Controllers: []string{"disruption"}})
 	emu, _, _ := startEmulator(t, kube.Options{Version: conformanceVersion})
 	emuAdmin, err := emu.AdminConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	answers := map[string][]wireAnswer{}
-	for name, cfg := range map[string]*rest.Config{"real": cp.admin, "emulator": emuAdmin} {
+	for name, cfg := range map[string]*rest.Config{"real": cp.Admin, "emulator": emuAdmin} {
 		cfg = rest.CopyConfig(cfg)
 		cfg.QPS = -1
 		c, err := kubernetes.NewForConfig(cfg)
