@@ -54,6 +54,15 @@ func SecretName(cluster string) (string, error) {
 	return secretPrefix + slug, nil
 }
 
+// The client rate limits the agent sets on its Kubernetes client: a Fleet
+// round costs one request per cluster a replica owns, plus three, and
+// client-go's defaults (5 per second, bursts of 10) would make a round of
+// a hundred clusters outlast its Lease.
+const (
+	ClientQPS   = 50
+	ClientBurst = 100
+)
+
 // KubeOptions configures a KubeStore.
 type KubeOptions struct {
 	// Namespace holds the Secrets; it is required.
