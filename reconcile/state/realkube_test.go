@@ -41,7 +41,9 @@ func realStore(t *testing.T, cp *realkube.ControlPlane, ns string, lease time.Du
 	return s, admin
 }
 
-func isExists(err error) bool { return err != nil && bytes.Contains([]byte(err.Error()), []byte("already exists")) }
+func isExists(err error) bool {
+	return err != nil && bytes.Contains([]byte(err.Error()), []byte("already exists"))
+}
 
 // TestRealKubeStore runs the kubernetes backend against a real API server:
 // concurrent writers never lose or replace the identity, the journal and
