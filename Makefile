@@ -4,7 +4,7 @@ STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN           := bin
 EXAMPLES      := $(sort $(wildcard examples/*))
 
-.PHONY: all build test lint fmt demo bench fuzz clean
+.PHONY: all build test lint fmt demo bench fuzz clean image
 
 all: build
 
@@ -43,3 +43,12 @@ fuzz:
 
 clean:
 	rm -rf $(BIN)
+
+# image: the agent's container image, from the Dockerfile (docker build).
+# It needs a container engine and the base images' registries, which CI
+# here does not have: CI tests the manifests, not the image.
+IMAGE         ?= taloscluster:dev
+IMAGE_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+image:
+	docker build --build-arg VERSION=$(IMAGE_VERSION) -t $(IMAGE) .
