@@ -91,6 +91,11 @@ type Agent struct {
 	// reports holds the statuses and comments owed to GitHub until they
 	// are delivered.
 	reports *outbox.Outbox
+	// fleet shares the clusters among replicas; nil owns them all.
+	fleet     Fleet
+	fleetDone chan struct{}
+	// ownedBefore are the clusters owned at the last poll (poll loop only).
+	ownedBefore map[string]bool
 	// quiet keeps lasting conditions from being logged on every poll.
 	quiet quietLog
 
@@ -126,13 +131,15 @@ type Deps struct {
 	// Outbox keeps the reports owed to GitHub (see OpenOutbox); nil keeps
 	// them in memory only.
 	Outbox *outbox.Outbox
+	// Fleet shares the clusters among replicas; nil owns them all.
+	Fleet Fleet
 }
 
 // OpenOutbox opens the agent's report outbox kept in store (the state
 // backend), with the retry classification the agent uses and cfg's
-// ReportRetry.
-func OpenOutbox(ctx context.Context, cfg *Config, store outbox.Store, log *slog.Logger) (*outbox.Outbox, error) {
-	return outbox.Open(ctx, outbox.Options{Store: store, Log: log, Transient: gh.Retryable, Retry: cfg.ReportRetry})
+// ReportRetry; name is the document's name, empty for the default.
+func OpenOutbox(ctx context.Context, cfg *Config, store outbox.Store, name string, log *slog.Logger) (*outbox.Outbox, error) {
+	return outbox.Open(ctx, outbox.Options{Store: store, Name: name, Log: log, Transient: gh.Retryable, Retry: cfg.ReportRetry})
 }
 
 // New returns an agent for cfg.
@@ -141,10 +148,10 @@ func New(cfg *Config, d Deps) *Agent {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
 	if d.Outbox == nil {
-		d.Outbox, _ = OpenOutbox(context.Background(), cfg, nil, d.Log) // in memory: cannot fail
+		d.Outbox, _ = OpenOutbox(context.Background(), cfg, nil, "", d.Log) // in memory: cannot fail
 	}
 	a := &Agent{cfg: cfg, repo: d.Repo, forge: d.Forge, runner: d.Runner, progress: d.Progress, metrics: d.Metrics,
-		redact: d.Redact, log: d.Log, reports: d.Outbox, planned: map[int]string{}, untrusted: map[int]string{},
+		redact: d.Redact, log: d.Log, reports: d.Outbox, fleet: d.Fleet, planned: map[int]string{}, untrusted: map[int]string{},
 		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
 		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{},
 		retry: retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
@@ -154,7 +161,17 @@ func New(cfg *Config, d Deps) *Agent {
 	// Jobs outlive the poll that queued them; Close stops them.
 	ctx, stop := context.WithCancel(context.Background())
 	a.stop = stop
+	if cfg.RunRetry.Initial != 0 {
+		a.retry = cfg.RunRetry
+	}
 	a.sched = NewScheduler(ctx, cfg.Concurrency, a.runMutation)
+	if a.fleet != nil {
+		a.fleetDone = make(chan struct{})
+		go func() {
+			defer close(a.fleetDone)
+			a.fleet.Run(ctx, a.sched.Busy)
+		}()
+	}
 	var err error
 	if a.allowed, err = parseAllowed(cfg.AllowedEndpoints); err != nil {
 		// LoadConfig refuses these; a Config built in code may have them.
@@ -203,6 +220,7 @@ func (a *Agent) Poll(ctx context.Context) error {
 	if err := a.defaultBranch(ctx, heads.Default); err != nil {
 		return err
 	}
+	a.takeOver(ctx, heads.Default)
 	a.probeLimit(ctx)
 	a.deliver(ctx)
 	prErr := a.pullRequests(ctx, heads, known)
@@ -300,27 +318,12 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 	if a.metrics != nil {
 		a.metrics.SetClusters(dirs)
 	}
+	if a.fleet != nil {
+		a.fleet.SetClusters(dirs)
+	}
 	var affected []string
 	if prev == "" {
-		for _, d := range dirs {
-			last, err := a.progress.LastConverged(ctx, d)
-			if err != nil {
-				a.log.Error("reading the last converged commit", "cluster", d, "error", err)
-				continue
-			}
-			if last == head {
-				continue
-			}
-			if last != "" {
-				changed, err := a.repo.ChangedPaths(ctx, last, head)
-				if err == nil && len(Affected([]string{d}, changed)) == 0 {
-					// Nothing of this cluster changed since: record it.
-					_ = a.progress.SetLastConverged(ctx, d, head)
-					continue
-				}
-			}
-			affected = append(affected, d)
-		}
+		affected = slices.Clone(dirs)
 	} else {
 		changed, err := a.repo.ChangedPaths(ctx, prev, head)
 		if err != nil {
@@ -331,7 +334,9 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 		before := a.clusters
 		a.mu.Unlock()
 		for _, gone := range Removed(before, dirs) {
-			a.removed(ctx, gone, head)
+			if a.owns(gone) {
+				a.removed(ctx, gone, head)
+			}
 		}
 	}
 	a.mu.Lock()
@@ -342,11 +347,21 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 		}
 	}
 	a.mu.Unlock()
+	affected = slices.DeleteFunc(affected, func(d string) bool { return !a.owns(d) })
+	if prev == "" {
+		// On the first poll, resume: converge each cluster whose last
+		// converged commit is behind. With a Fleet, takeOver does it for
+		// each cluster as this replica comes to own it.
+		if a.fleet == nil {
+			a.queueBehind(ctx, head, affected)
+		}
+		return nil
+	}
 	// The merged pull request is only needed to say a merge waits behind
 	// a running converge.
 	var mergedPR int
 	lookupLimited := false
-	if prev != "" && slices.ContainsFunc(affected, func(d string) bool { return a.runningCommit(d) != "" }) {
+	if slices.ContainsFunc(affected, func(d string) bool { return a.runningCommit(d) != "" }) {
 		pr, ok, err := a.mergedPR(ctx, head)
 		if err == nil && ok {
 			mergedPR = pr
@@ -354,18 +369,61 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 		_, lookupLimited = gh.RateLimited(err)
 	}
 	for _, d := range affected {
-		a.log.Info("converge queued", "cluster", d, "commit", head)
-		desc := "queued"
-		if running := a.runningCommit(d); running != "" {
-			desc = "queued behind the converge of " + short(running)
-			if mergedPR != 0 || lookupLimited {
-				a.comment(ctx, mergedPR, head, fmt.Sprintf("**taloscluster:** `%s` is being converged to `%s` right now; this merge is queued behind that run and will be converged next (together with any later merge).", d, short(running)))
-			}
-		}
-		a.setStatus(ctx, head, gh.StatusContext("converge", d), gh.StatePending, desc, a.link(""))
-		a.sched.Mutate(Job{Kind: KindConverge, Cluster: d, Commit: head})
+		a.queueConverge(ctx, d, head, mergedPR, lookupLimited)
 	}
 	return nil
+}
+
+// queueBehind queues a converge of each of clusters whose last converged
+// commit is not head and that changed since; one that did not change is
+// recorded as converged to head.
+func (a *Agent) queueBehind(ctx context.Context, head string, clusters []string) {
+	for _, d := range clusters {
+		last, err := a.progress.LastConverged(ctx, d)
+		if err != nil {
+			a.log.Error("reading the last converged commit", "cluster", d, "error", err)
+			continue
+		}
+		if last == head || a.jobFor(d, head) {
+			continue
+		}
+		if last != "" {
+			changed, err := a.repo.ChangedPaths(ctx, last, head)
+			if err == nil && len(Affected([]string{d}, changed)) == 0 {
+				// Nothing of this cluster changed since: record it.
+				_ = a.progress.SetLastConverged(ctx, d, head)
+				continue
+			}
+		}
+		a.queueConverge(ctx, d, head, 0, false)
+	}
+}
+
+// queueConverge queues the converge of cluster d to head and sets its
+// pending status; mergedPR, when known, is told that the merge waits
+// behind a running converge.
+func (a *Agent) queueConverge(ctx context.Context, d, head string, mergedPR int, lookupLimited bool) {
+	a.log.Info("converge queued", "cluster", d, "commit", head)
+	desc := "queued"
+	if running := a.runningCommit(d); running != "" {
+		desc = "queued behind the converge of " + short(running)
+		if mergedPR != 0 || lookupLimited {
+			a.comment(ctx, mergedPR, head, fmt.Sprintf("**taloscluster:** `%s` is being converged to `%s` right now; this merge is queued behind that run and will be converged next (together with any later merge).", d, short(running)))
+		}
+	}
+	a.setStatus(ctx, head, gh.StatusContext("converge", d), gh.StatePending, desc, a.link(""))
+	a.sched.Mutate(Job{Kind: KindConverge, Cluster: d, Commit: head})
+}
+
+// jobFor reports whether a converge of cluster to commit runs or waits.
+func (a *Agent) jobFor(cluster, commit string) bool {
+	running, waiting := a.sched.Queue()
+	for _, j := range append(running, waiting...) {
+		if j.Cluster == cluster && j.Kind != KindPlan && j.Commit == commit {
+			return true
+		}
+	}
+	return false
 }
 
 // runningCommit returns the commit of the mutating job running on a
@@ -530,6 +588,29 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	if done || p.Head == "" {
 		return
 	}
+	changed, err := a.repo.PRChanges(ctx, base, p.Head)
+	if err != nil {
+		a.log.Error("reading the changes of a pull request", "pr", p.Number, "error", err)
+		return
+	}
+	dirs, err := a.repo.ClusterDirs(p.Head, a.cfg.Repository.ClusterRoots)
+	if err != nil {
+		a.log.Error("listing clusters", "pr", p.Number, "error", err)
+		return
+	}
+	affected := Affected(dirs, changed)
+	if len(affected) == 0 {
+		a.mu.Lock()
+		a.planned[p.Number] = p.Head
+		a.mu.Unlock()
+		return
+	}
+	// One replica plans a pull request and reports on it: the owner of
+	// the first cluster it changes. (Plans change nothing, so it may plan
+	// clusters other replicas own.)
+	if !a.owns(slices.Min(affected)) {
+		return
+	}
 	why, err := a.untrustedBecause(ctx, p)
 	if err != nil {
 		// Not planned for now; the next poll asks again.
@@ -546,23 +627,9 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 		a.mu.Unlock()
 		return
 	}
-	changed, err := a.repo.PRChanges(ctx, base, p.Head)
-	if err != nil {
-		a.log.Error("reading the changes of a pull request", "pr", p.Number, "error", err)
-		return
-	}
-	dirs, err := a.repo.ClusterDirs(p.Head, a.cfg.Repository.ClusterRoots)
-	if err != nil {
-		a.log.Error("listing clusters", "pr", p.Number, "error", err)
-		return
-	}
-	affected := Affected(dirs, changed)
 	a.mu.Lock()
 	a.planned[p.Number] = p.Head
 	a.mu.Unlock()
-	if len(affected) == 0 {
-		return
-	}
 	for _, c := range affected {
 		a.setStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
 	}
@@ -775,7 +842,7 @@ func (a *Agent) drift(ctx context.Context, head string) {
 		return
 	}
 	for _, c := range clusters {
-		if a.sched.Busy(c) || a.sched.Requeued(c) {
+		if a.sched.Busy(c) || a.sched.Requeued(c) || !a.owns(c) {
 			continue
 		}
 		var pl *plan.Plan
@@ -914,10 +981,14 @@ func (a *Agent) Wait() {
 	a.sched.Wait()
 }
 
-// Close stops the running jobs (their contexts end) and waits for them.
+// Close stops the running jobs (their contexts end) and waits for them,
+// then gives up the replica's clusters.
 func (a *Agent) Close() {
 	a.stop()
 	a.sched.Close()
+	if a.fleetDone != nil {
+		<-a.fleetDone
+	}
 }
 
 func firstLine(s string) string {

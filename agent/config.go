@@ -63,6 +63,11 @@ type Config struct {
 	// means 10s doubling to 10m. It is set in code (tests shorten it),
 	// never read from agent.yaml.
 	ReportRetry retry.Policy `yaml:"-"`
+	// RunRetry paces the tries of a converge or plan that failed with a
+	// transient error; zero means RetryInitial doubling to RetryMax, at
+	// most RetryAttempts tries. Set in code (tests shorten it), never read
+	// from agent.yaml.
+	RunRetry retry.Policy `yaml:"-"`
 	// AllowedEndpoints are endpoints a pull request may point a cluster's
 	// credentials or trust at (proxmox.url, proxmox.image_factory,
 	// openstack.url) besides the default branch's value of the same key:
@@ -117,6 +122,15 @@ type GitHub struct {
 type State struct {
 	Backend   string `yaml:"backend"` // dir or kubernetes
 	Namespace string `yaml:"namespace"`
+	// Kubeconfig, with the kubernetes backend, is a kubeconfig file to
+	// reach the API server with, for an agent that runs outside the
+	// cluster; empty means the in-cluster service account.
+	Kubeconfig string `yaml:"kubeconfig"`
+	// LeaseDuration, with the kubernetes backend, is how long a Lease
+	// (a cluster's owner, a replica's membership, a run's mutation lock)
+	// stays valid without renewal: the time another replica waits before
+	// taking over the clusters of one that died. Default 30s.
+	LeaseDuration Duration `yaml:"lease_duration"`
 }
 
 // Duration is a time.Duration written like "30s" in YAML.
@@ -209,6 +223,9 @@ func readConfig(file string) ([]byte, error) {
 	return data, nil
 }
 
+// MinLeaseDuration is the shortest state.lease_duration.
+const MinLeaseDuration = 3 * time.Second
+
 // Defaults fills in the default of every key left unset.
 func (c *Config) Defaults() {
 	if c.Repository.PollInterval == 0 {
@@ -280,8 +297,14 @@ func (c *Config) validate() error {
 	}
 	switch c.State.Backend {
 	case "dir":
+		if c.State.Kubeconfig != "" {
+			errs = append(errs, errors.New("state.kubeconfig is only for state.backend kubernetes"))
+		}
 	case "kubernetes":
 		need("state.namespace", c.State.Namespace)
+		if d := c.State.LeaseDuration.D(); d != 0 && d < MinLeaseDuration {
+			errs = append(errs, fmt.Errorf("state.lease_duration %s is below the minimum of %s (Leases count whole seconds and are renewed every third)", d, MinLeaseDuration))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("state.backend must be dir or kubernetes, not %q", c.State.Backend))
 	}

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,6 +42,12 @@ func (e *Engine) execute(ctx context.Context, p *plan.Plan, want *Desired) error
 		i++
 		e.say(st.Phase, "[%d/%d] %s %s %s", i, total, st.Action.Symbol(), st.Resource.Kind, st.Resource.Name)
 		if err := r.journaled(ctx, st); err != nil {
+			if errors.Is(err, ErrPrecondition) {
+				// The world changed since the plan was made: planning again
+				// may well succeed, so the failure is worth a retry (which
+				// the reviewed-plan check still guards).
+				err = retry.Transient(err)
+			}
 			return fmt.Errorf("step %d of %d (%s %s %s): %w", i, total, st.Phase, st.Action, st.Resource, err)
 		}
 	}

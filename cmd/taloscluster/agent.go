@@ -23,6 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/taloscluster/taloscluster/agent"
 	"github.com/taloscluster/taloscluster/agent/httpapi"
@@ -143,12 +144,27 @@ func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (*agen
 	if err != nil {
 		return nil, nil, err
 	}
-	reports, err := agent.OpenOutbox(ctx, cfg, store, log)
+	var fleet *state.Fleet
+	outboxName := ""
+	if ks, ok := store.(*state.KubeStore); ok {
+		// Replicas share the clusters; each keeps its own outbox, and
+		// takes over those of replicas that are gone.
+		if fleet, err = ks.NewFleet(replicaIdentity(), cfg.State.LeaseDuration.D(), log); err != nil {
+			return nil, nil, err
+		}
+		outboxName = fleet.OutboxName()
+		log.Info("replica of the agent", "identity", fleet.Identity())
+	}
+	reports, err := agent.OpenOutbox(ctx, cfg, store, outboxName, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	a := agent.New(cfg, agent.Deps{Repo: repo, Forge: forge, Runner: &agentRunner{store: store, log: log},
-		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports})
+	deps := agent.Deps{Repo: repo, Forge: forge, Runner: &agentRunner{store: store, log: log},
+		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports}
+	if fleet != nil {
+		deps.Fleet = fleet
+	}
+	a := agent.New(cfg, deps)
 	handler := httpapi.New(httpapi.Options{Metrics: reg, Ready: a.Ready, Status: a.Status, Plan: a.Plan, Logger: log})
 	log.Info("agent ready", "repository", cfg.GitHub.Repo)
 	return a, handler, nil
@@ -161,18 +177,36 @@ type agentBackend interface {
 	state.AgentDocs
 }
 
+// replicaIdentity names this process among the agent's replicas: the
+// pod's name (POD_NAME, from the downward API) or the host name, and a
+// random suffix.
+func replicaIdentity() string {
+	host := os.Getenv("POD_NAME")
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+	return state.ReplicaIdentity(host)
+}
+
 // agentStore opens the state backend.
 func agentStore(cfg *agent.Config) (agentBackend, error) {
 	if cfg.State.Backend == "kubernetes" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
-			return nil, fmt.Errorf("state.backend kubernetes needs to run in a cluster: %w", err)
+		var rc *rest.Config
+		var err error
+		if cfg.State.Kubeconfig != "" {
+			rc, err = clientcmd.BuildConfigFromFlags("", cfg.State.Kubeconfig)
+			if err != nil {
+				return nil, fmt.Errorf("state.kubeconfig %s: %w", cfg.State.Kubeconfig, err)
+			}
+		} else if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("state.backend kubernetes needs to run in a cluster or state.kubeconfig: %w", err)
 		}
+		rc.QPS, rc.Burst = state.ClientQPS, state.ClientBurst
 		cs, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return nil, err
 		}
-		return state.NewKubeStore(cs, state.KubeOptions{Namespace: cfg.State.Namespace})
+		return state.NewKubeStore(cs, state.KubeOptions{Namespace: cfg.State.Namespace, LeaseDuration: cfg.State.LeaseDuration.D()})
 	}
 	return state.NewDirStore(filepath.Join(cfg.DataDir, "state")), nil
 }

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -186,4 +187,43 @@ func (s *KubeStore) writeAgent(ctx context.Context, old *corev1.Secret, name str
 	}
 	_, err := s.secrets.Update(ctx, next, metav1.UpdateOptions{})
 	return err
+}
+
+// TakeAgentDocs removes, in one update, the agent's documents whose names
+// start with prefix and that take selects, and returns them. Two replicas
+// that try to take the same document never both get it: the update
+// carries the resourceVersion read, and a conflict reads again.
+func (s *KubeStore) TakeAgentDocs(ctx context.Context, prefix string, take func(name string) bool) (map[string][]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		sec, err := s.readAgent(ctx)
+		if err != nil || sec == nil {
+			return nil, err
+		}
+		taken := map[string][]byte{}
+		next := sec.DeepCopy()
+		for name, data := range sec.Data {
+			if strings.HasPrefix(name, prefix) && take(name) {
+				taken[name] = bytes.Clone(data)
+				delete(next.Data, name)
+			}
+		}
+		if len(taken) == 0 {
+			return nil, nil
+		}
+		_, err = s.secrets.Update(ctx, next, metav1.UpdateOptions{})
+		if err == nil {
+			return taken, nil
+		}
+		if !apierrors.IsConflict(err) {
+			return nil, fmt.Errorf("taking the agent's documents: %w", err)
+		}
+		if attempt == kubeAttempts {
+			return nil, fmt.Errorf("taking the agent's documents: %d attempts: %w", attempt, ErrConflict)
+		}
+		if err := pause(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
 }

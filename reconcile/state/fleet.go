@@ -48,6 +48,7 @@ type Fleet struct {
 	clusters []string
 	owned    map[string]time.Time // cluster -> last renewal, local clock
 	replicas int
+	live     map[string]bool // identities of the live replicas, as last listed
 	lastErr  error
 }
 
@@ -279,6 +280,7 @@ func (f *Fleet) leases(ctx context.Context, now time.Time) (int, map[string]*coo
 		return 0, nil, fmt.Errorf("listing leases in %s: %w", f.s.namespace, err)
 	}
 	replicas := 0
+	live := map[string]bool{f.identity: true}
 	owners := map[string]*coordinationv1.Lease{}
 	for i := range list.Items {
 		l := &list.Items[i]
@@ -286,6 +288,7 @@ func (f *Fleet) leases(ctx context.Context, now time.Time) (int, map[string]*coo
 		case replicaComponent:
 			if leaseHeld(l, now) {
 				replicas++
+				live[identityOf(l)] = true
 			} else if stale(l, now, 10*f.leaseFor) {
 				uid, rv := l.UID, l.ResourceVersion
 				_ = f.s.leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
@@ -296,6 +299,9 @@ func (f *Fleet) leases(ctx context.Context, now time.Time) (int, map[string]*coo
 			}
 		}
 	}
+	f.mu.Lock()
+	f.live = live
+	f.mu.Unlock()
 	return max(replicas, 1), owners, nil
 }
 
@@ -391,4 +397,27 @@ func ownerLease(cluster string) (string, error) {
 		return "", err
 	}
 	return ownerPrefix + slug, nil
+}
+
+// OutboxName is the name of a replica's report outbox among the agent's
+// documents.
+func (f *Fleet) OutboxName() string { return outboxPrefix + f.identity + ".json" }
+
+const outboxPrefix = "outbox-"
+
+// TakeOrphanOutboxes takes the report outboxes of replicas that are no
+// longer alive (a pod replaced by a rollout), so their reports are sent
+// by this one. It takes nothing before the first round has listed the
+// live replicas.
+func (f *Fleet) TakeOrphanOutboxes(ctx context.Context) (map[string][]byte, error) {
+	f.mu.Lock()
+	live := f.live
+	f.mu.Unlock()
+	if live == nil {
+		return nil, nil
+	}
+	return f.s.TakeAgentDocs(ctx, outboxPrefix, func(name string) bool {
+		id := strings.TrimSuffix(strings.TrimPrefix(name, outboxPrefix), ".json")
+		return !live[id]
+	})
 }

@@ -227,6 +227,36 @@ func (o *Outbox) Add(ctx context.Context, r Report) {
 	o.save(ctx)
 }
 
+// Adopt takes the reports of another outbox's document (that of a
+// replica that is gone) into this one, in the order they were queued, and
+// saves. A report that a newer one of the same commit and context (or
+// pull request) supersedes is dropped; one already held is not doubled.
+func (o *Outbox) Adopt(ctx context.Context, data []byte) error {
+	var doc document
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("reading a report outbox to adopt: %w", err)
+	}
+	if len(doc.Reports) == 0 {
+		return nil
+	}
+	o.mu.Lock()
+	for _, r := range doc.Reports {
+		if slices.ContainsFunc(o.reports, func(q Report) bool { return q.Key == r.Key }) {
+			continue
+		}
+		if slices.ContainsFunc(o.reports, func(q Report) bool { return q.supersedes(r) && !q.Queued.Before(r.Queued) }) {
+			continue
+		}
+		o.reports = slices.DeleteFunc(o.reports, func(q Report) bool { return r.supersedes(q) && q.Queued.Before(r.Queued) })
+		o.reports = append(o.reports, r)
+	}
+	slices.SortStableFunc(o.reports, func(a, b Report) int { return a.Queued.Compare(b.Queued) })
+	o.mu.Unlock()
+	o.opts.Log.Info("reports adopted from a replica that is gone", "count", len(doc.Reports))
+	o.save(ctx)
+	return nil
+}
+
 // Deliver sends the reports that are due, in order, and returns how many
 // were delivered. A report that fails is tried again after a backoff and
 // holds back the later reports of its commit meanwhile. Deliveries do not

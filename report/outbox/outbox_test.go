@@ -242,3 +242,37 @@ func TestUnreadableDocumentIsKeptAside(t *testing.T) {
 		t.Fatalf("not logged:\n%s", logs)
 	}
 }
+
+func TestAdoptKeepsOrderAndTheNewestStatus(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	store := state.NewDirStore(t.TempDir())
+	gone, err := outbox.Open(ctx, outbox.Options{Store: store, Name: "outbox-gone.json", Now: c.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Add(ctx, comment("aaa", "converged"))
+	c.Add(time.Second)
+	gone.Add(ctx, status("aaa", "converge", "success"))
+	c.Add(time.Second)
+	gone.Add(ctx, status("bbb", "plan", "pending"))
+	data, err := store.GetAgentDoc(ctx, "outbox-gone.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(time.Second)
+	o := open(t, store, c, &logBuffer{}, nil)
+	o.Add(ctx, status("bbb", "plan", "success")) // newer than the adopted pending one
+	if err := o.Adopt(ctx, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Adopt(ctx, data); err != nil { // twice: nothing doubles
+		t.Fatal(err)
+	}
+	gh := &github{}
+	o.Deliver(ctx, gh.send)
+	if want := []string{"aaa:comment:converged", "aaa:converge=success", "bbb:plan=success"}; !slices.Equal(gh.sent, want) {
+		t.Fatalf("sent %v, want %v", gh.sent, want)
+	}
+}

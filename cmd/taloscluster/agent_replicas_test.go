@@ -1,0 +1,261 @@
+package main
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/taloscluster/taloscluster/agent"
+	"github.com/taloscluster/taloscluster/lab"
+	"github.com/taloscluster/taloscluster/lab/forge"
+	"github.com/taloscluster/taloscluster/lab/kube/realkube"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
+)
+
+// replicaWorld is a lab with two clusters (demo on vmbr0, other on
+// vmbr1), a forge holding their repository, a real kube-apiserver for the
+// state, and two agent replicas.
+type replicaWorld struct {
+	lab      *lab.Lab
+	repo     *forge.Repo
+	cfg      *agent.Config
+	replicas []*agent.Agent
+	logs     *syncBuffer
+	yaml     map[string]string // cluster path -> cluster.yaml as committed
+}
+
+func newReplicaWorld(t *testing.T) *replicaWorld {
+	t.Helper()
+	cp := realkube.Start(t, realkube.Options{})
+	admin := realkube.Client(t, cp.Admin)
+	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "taloscluster"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := lab.Start(t.Context(), lab.Options{
+		Bridges: map[string]netip.Prefix{
+			"vmbr0": netip.MustParsePrefix("127.96.0.0/24"), "vmbr1": netip.MustParsePrefix("127.97.0.0/24"),
+		},
+		TaskDuration: -1, BootDelay: 20 * time.Millisecond, InstallDelay: 20 * time.Millisecond,
+		RebootDelay: 20 * time.Millisecond, ReadyDelay: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	f, err := forge.New(forge.Options{Dir: t.TempDir(), Users: []forge.User{
+		{Login: "taloscluster-bot", Token: agentToken}, {Login: "alice", Token: aliceToken},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(f.Handler())
+	if srv.TLS, err = l.CA.ServerTLS("127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	repo, err := f.CreateRepo("org", "clusters", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo.Grant("taloscluster-bot", forge.PermissionWrite)
+	repo.Grant("alice", forge.PermissionWrite)
+	w := &replicaWorld{lab: l, repo: repo, logs: &syncBuffer{}, yaml: map[string]string{}}
+	files := map[string]string{"README.md": "clusters\n"}
+	dir := t.TempDir()
+	write := func(rel, body string) string {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for name, bridge := range map[string]string{"demo": "vmbr0", "other": "vmbr1"} {
+		y, err := l.ClusterYAML(lab.Cluster{Name: name, Workers: 1, Bridge: bridge})
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := "clusters/" + name
+		w.yaml[path] = y
+		files[path+"/cluster.yaml"] = y
+		files[path+"/ca.pem"] = string(l.CA.PEM())
+		write("secrets/"+path+"/secrets.yaml", fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret))
+	}
+	if _, err := repo.Commit("main", files, "add two clusters"); err != nil {
+		t.Fatal(err)
+	}
+	w.cfg = &agent.Config{
+		Repository: agent.Repository{URL: srv.URL + "/org/clusters.git", TokenFile: write("repo-token", agentToken),
+			CAFile: write("ca.pem", string(l.CA.PEM())), PollInterval: agent.Duration(time.Second)},
+		GitHub: agent.GitHub{APIURL: srv.URL + "/", Repo: "org/clusters", TokenFile: write("gh-token", agentToken),
+			CAFile: filepath.Join(dir, "ca.pem"), MutationSpacing: agent.Duration(time.Millisecond)},
+		SecretsDir:  filepath.Join(dir, "secrets"),
+		Concurrency: 4, DriftInterval: agent.Duration(time.Hour), PublicURL: "http://agent.example",
+		State: agent.State{Backend: "kubernetes", Namespace: "taloscluster",
+			Kubeconfig: cp.Kubeconfig(t, "taloscluster-agent", "system:masters"), LeaseDuration: agent.Duration(3 * time.Second)},
+		Listen: "127.0.0.1:0",
+	}
+	w.cfg.RunRetry = retry.Policy{Initial: 500 * time.Millisecond, Max: time.Second, Attempts: agent.RetryAttempts}
+	w.cfg.Defaults()
+	for i := range 2 {
+		w.start(t, i)
+	}
+	return w
+}
+
+// start starts replica i with a data directory (its clone) of its own.
+func (w *replicaWorld) start(t *testing.T, i int) {
+	t.Helper()
+	cfg := *w.cfg
+	cfg.DataDir = t.TempDir()
+	a, _, err := buildAgent(t.Context(), &cfg, w.logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	if i < len(w.replicas) {
+		w.replicas[i] = a
+	} else {
+		w.replicas = append(w.replicas, a)
+	}
+}
+
+// pollUntil polls every live replica until cond holds.
+func (w *replicaWorld) pollUntil(t *testing.T, what string, live []int, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			for _, i := range live {
+				st := w.replicas[i].Status()
+				t.Logf("replica %d: queue %+v clusters %+v", i, st.Queue, st.Clusters)
+			}
+			t.Fatalf("timed out waiting for %s\nagent log:\n%s", what, w.logs.String())
+		}
+		for _, i := range live {
+			if err := w.replicas[i].Poll(t.Context()); err != nil {
+				t.Logf("replica %d poll: %v", i, err)
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (w *replicaWorld) statuses(sha, context, state string) int {
+	n := 0
+	for _, s := range w.repo.Statuses(sha) {
+		if s.Context == context && s.State == state {
+			n++
+		}
+	}
+	return n
+}
+
+// oneVMPerName fails unless every VM name is used once and there are want
+// VMs.
+func (w *replicaWorld) oneVMPerName(t *testing.T, want int) {
+	t.Helper()
+	names := map[string]int{}
+	for _, v := range w.lab.PVE.VMs() {
+		names[v.Name]++
+	}
+	for n, c := range names {
+		if c != 1 {
+			t.Errorf("VM %s exists %d times", n, c)
+		}
+	}
+	if len(names) != want {
+		t.Errorf("%d VMs %v, want %d", len(names), names, want)
+	}
+}
+
+// Two replicas share two clusters: each cluster is converged by exactly
+// one of them and reported once. When the replica converging a merge shuts
+// down mid-run (a rolling update), the other takes the cluster over,
+// resumes, and the merge ends with one final status and one comment.
+func TestAgentReplicasShareClustersAndHandOver(t *testing.T) {
+	t.Parallel()
+	w := newReplicaWorld(t)
+	main, _ := w.repo.Branch("main")
+	both := []int{0, 1}
+	converged := func(sha string) func() bool {
+		return func() bool {
+			return w.statuses(sha, "taloscluster/converge: clusters/demo", "success") > 0 &&
+				w.statuses(sha, "taloscluster/converge: clusters/other", "success") > 0
+		}
+	}
+	w.pollUntil(t, "both clusters built", both, converged(main))
+	for _, a := range w.replicas {
+		a.Wait()
+	}
+	w.oneVMPerName(t, 8)
+	for _, c := range []string{"clusters/demo", "clusters/other"} {
+		if n := w.statuses(main, "taloscluster/converge: "+c, "success"); n != 1 {
+			t.Errorf("%s: %d success statuses on the first commit, want exactly 1 (one replica reports)", c, n)
+		}
+	}
+	if n := strings.Count(w.logs.String(), `msg="cluster taken"`); n < 2 {
+		t.Errorf("clusters taken %d times, want each cluster owned", n)
+	}
+
+	// A merge grows both clusters; creating VMs is slowed so that the
+	// replicas are mid-converge when replica 0 shuts down.
+	grow := map[string]string{}
+	for path, y := range w.yaml {
+		grow[path+"/cluster.yaml"] = strings.Replace(y, "count: 1\n", "count: 2\n", 1)
+	}
+	head, err := w.repo.Commit("grow", grow, "grow both")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := w.repo.OpenPR("alice", "grow", "main", "Grow both")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the plans", both, func() bool {
+		return w.statuses(head, "taloscluster/plan: clusters/demo", "success") > 0 &&
+			w.statuses(head, "taloscluster/plan: clusters/other", "success") > 0
+	})
+	if n := len(w.repo.Comments(pr.Number)); n != 1 {
+		t.Fatalf("%d plan comments, want one for the pull request (one replica plans it)", n)
+	}
+	w.lab.PVE.SetLatency("qemu.create", 1500*time.Millisecond)
+	merge, err := w.repo.Merge(pr.Number, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "both converges running", both, func() bool {
+		return w.statuses(merge, "taloscluster/converge: clusters/demo", "pending") > 0 &&
+			w.statuses(merge, "taloscluster/converge: clusters/other", "pending") > 0
+	})
+	w.replicas[0].Close() // a rolling update: its runs stop, its Leases are given up
+	w.lab.PVE.SetLatency("qemu.create", 0)
+	w.pollUntil(t, "the merge converged by the remaining replica", []int{1}, converged(merge))
+	w.replicas[1].Wait()
+	w.oneVMPerName(t, 10)
+	for _, c := range []string{"clusters/demo", "clusters/other"} {
+		if n := w.statuses(merge, "taloscluster/converge: "+c, "success"); n != 1 {
+			t.Errorf("%s: %d success statuses on the merge, want exactly 1", c, n)
+		}
+	}
+	comments := 0
+	for _, c := range w.repo.Comments(pr.Number) {
+		if strings.Contains(c.Body, "taloscluster converge") {
+			comments++
+		}
+	}
+	if comments != 2 {
+		t.Errorf("%d converge comments on the merged pull request, want one per cluster", comments)
+	}
+}
