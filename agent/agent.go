@@ -952,9 +952,14 @@ func (a *Agent) Status() httpapi.StatusPage {
 	}
 	slices.Sort(paths)
 	for _, p := range paths {
-		page.Clusters = append(page.Clusters, *a.status[p])
+		cs := *a.status[p]
+		cs.Elsewhere = !a.owns(p)
+		page.Clusters = append(page.Clusters, cs)
 	}
 	a.mu.Unlock()
+	if a.fleet != nil {
+		page.Replica = a.redact.String(a.fleet.Summary())
+	}
 	{
 		_, waiting := a.sched.Queue()
 		for _, j := range waiting {

@@ -21,6 +21,8 @@ type Fleet interface {
 	// TakeOrphanOutboxes takes the report outboxes of replicas that are
 	// gone, by document name.
 	TakeOrphanOutboxes(ctx context.Context) (map[string][]byte, error)
+	// Summary describes the replica's share for the status page.
+	Summary() string
 }
 
 // owns reports whether this replica plans and converges cluster.

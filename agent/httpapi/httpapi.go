@@ -72,6 +72,9 @@ type StatusPage struct {
 	Queue []QueuedJob
 	// Reports is what the agent owes GitHub.
 	Reports ReportsStatus
+	// Replica describes this replica's share of the clusters when several
+	// replicas share them; empty otherwise.
+	Replica string
 	// Generated is when the page was built; the zero time means now.
 	Generated time.Time
 }
@@ -96,6 +99,9 @@ type ReportsStatus struct {
 type ClusterStatus struct {
 	// Path is the cluster's directory in the repository.
 	Path string
+	// Elsewhere is true when another replica plans and converges the
+	// cluster, so this replica's view of it may be old.
+	Elsewhere bool
 	// LastPlan and LastConverge are the latest runs of each kind; nil
 	// means none yet.
 	LastPlan     *RunSummary

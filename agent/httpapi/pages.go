@@ -67,6 +67,7 @@ pre { background: #f7f7f7; border: 1px solid #ddd; padding: 1rem; overflow-x: au
 {{define "status"}}{{template "head" "taloscluster agent"}}
 <h1>taloscluster agent</h1>
 <p>{{if .Repository}}Repository <code>{{.Repository}}</code>{{if .Branch}}, branch <code>{{.Branch}}</code>{{end}}. {{end}}Last fetch: <time datetime="{{iso .LastFetch}}">{{when .LastFetch}}</time>. Page generated <time datetime="{{iso .Generated}}">{{when .Generated}}</time>.</p>
+{{if .Replica}}<p>This is {{.Replica}}.</p>{{end}}
 <h2>Clusters</h2>
 {{if .Clusters}}<table>
 <thead><tr><th>Cluster</th><th>Last plan</th><th>Last converge</th><th>Drift</th><th>Running</th></tr></thead>
@@ -76,7 +77,7 @@ pre { background: #f7f7f7; border: 1px solid #ddd; padding: 1rem; overflow-x: au
 <td>{{template "run" .LastPlan}}</td>
 <td>{{template "run" .LastConverge}}</td>
 <td{{if not .DriftError}} class="nowrap"{{end}}>{{if .DriftError}}<span class="failure">drift check failed: {{.DriftError}}</span>{{if .Drift}} (the last check that worked found drift){{end}}{{else if .Drift}}<span class="drift">drift</span>{{else}}in sync{{end}}</td>
-<td class="nowrap">{{if .Running}}{{.Running}}{{else}}idle{{end}}</td>
+<td class="nowrap">{{if .Elsewhere}}handled by another replica{{else if .Running}}{{.Running}}{{else}}idle{{end}}</td>
 </tr>
 {{end}}</tbody>
 </table>{{else}}<p>No clusters found in the repository yet.</p>{{end}}

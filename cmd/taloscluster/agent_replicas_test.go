@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
@@ -25,9 +26,11 @@ import (
 // state, and two agent replicas.
 type replicaWorld struct {
 	lab      *lab.Lab
+	forge    *forge.Forge
 	repo     *forge.Repo
 	cfg      *agent.Config
 	replicas []*agent.Agent
+	pages    []http.Handler
 	logs     *syncBuffer
 	yaml     map[string]string // cluster path -> cluster.yaml as committed
 }
@@ -68,7 +71,7 @@ func newReplicaWorld(t *testing.T) *replicaWorld {
 	}
 	repo.Grant("taloscluster-bot", forge.PermissionWrite)
 	repo.Grant("alice", forge.PermissionWrite)
-	w := &replicaWorld{lab: l, repo: repo, logs: &syncBuffer{}, yaml: map[string]string{}}
+	w := &replicaWorld{lab: l, forge: f, repo: repo, logs: &syncBuffer{}, yaml: map[string]string{}}
 	files := map[string]string{"README.md": "clusters\n"}
 	dir := t.TempDir()
 	write := func(rel, body string) string {
@@ -119,15 +122,15 @@ func (w *replicaWorld) start(t *testing.T, i int) {
 	t.Helper()
 	cfg := *w.cfg
 	cfg.DataDir = t.TempDir()
-	a, _, err := buildAgent(t.Context(), &cfg, w.logs)
+	a, h, err := buildAgent(t.Context(), &cfg, w.logs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
 	if i < len(w.replicas) {
-		w.replicas[i] = a
+		w.replicas[i], w.pages[i] = a, h
 	} else {
-		w.replicas = append(w.replicas, a)
+		w.replicas, w.pages = append(w.replicas, a), append(w.pages, h)
 	}
 }
 
@@ -207,6 +210,34 @@ func TestAgentReplicasShareClustersAndHandOver(t *testing.T) {
 	}
 	if n := strings.Count(w.logs.String(), `msg="cluster taken"`); n < 2 {
 		t.Errorf("clusters taken %d times, want each cluster owned", n)
+	}
+
+	// Each replica's status page says which share it has.
+	for i := range w.replicas {
+		rec := httptest.NewRecorder()
+		w.pages[i].ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if body := rec.Body.String(); !strings.Contains(body, "one of 2; it plans and converges 1 of the clusters") ||
+			strings.Count(body, "handled by another replica") != 1 {
+			t.Errorf("replica %d's status page does not show its share:\n%s", i, body)
+		}
+	}
+
+	// What an idle poll costs each replica at the forge: the git fetch and
+	// the pull-request listing (answered 304 from its ETag, free of the
+	// rate limit), whatever the number of replicas.
+	for i, a := range w.replicas {
+		before := len(w.forge.Log())
+		if err := a.Poll(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		var ops []string
+		for _, r := range w.forge.Log()[before:] {
+			ops = append(ops, fmt.Sprintf("%s %d", r.Op, r.Status))
+		}
+		t.Logf("replica %d: an idle poll sent %d requests to the forge: %v", i, len(ops), ops)
+		if len(ops) > 4 {
+			t.Errorf("replica %d: an idle poll sent %d requests to the forge, want at most 4: %v", i, len(ops), ops)
+		}
 	}
 
 	// A merge grows both clusters; creating VMs is slowed so that the

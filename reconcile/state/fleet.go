@@ -28,9 +28,9 @@ import (
 //     cluster's Slug; the replica holding it is the only one that plans
 //     and converges the cluster and reports on it;
 //   - each round (Sync) a replica renews its Leases, gives up the owner
-//     Leases beyond its fair share (clusters divided by live replicas,
-//     rounded up) one at a time and only for idle clusters, and takes free
-//     or expired owner Leases up to its share.
+//     Leases of idle clusters beyond its fair share (clusters divided by
+//     live replicas, rounded up), and takes free or expired owner Leases up
+//     to its share.
 //
 // A replica owns a cluster only while its last renewal is younger than
 // two thirds of the Lease duration, so one that cannot renew stops
@@ -148,6 +148,16 @@ func (f *Fleet) Status() FleetStatus {
 	return st
 }
 
+// Summary describes the replica's share in one line for people.
+func (f *Fleet) Summary() string {
+	st := f.Status()
+	line := fmt.Sprintf("replica %s, one of %d; it plans and converges %d of the clusters", st.Identity, st.Replicas, len(st.Owned))
+	if st.Error != "" {
+		line += "; the last round of sharing failed: " + st.Error
+	}
+	return line
+}
+
 // Run runs a round every third of the Lease duration until ctx ends, then
 // gives up every Lease the replica holds. busy says whether a cluster has
 // work running, which keeps it from being given away.
@@ -170,7 +180,7 @@ func (f *Fleet) Run(ctx context.Context, busy func(cluster string) bool) {
 }
 
 // Sync runs one round: it renews the replica's membership, counts the live
-// replicas, renews the owner Leases it holds, gives up one beyond its
+// replicas, renews the owner Leases it holds, gives up idle ones beyond its
 // share, and takes free ones up to its share.
 func (f *Fleet) Sync(ctx context.Context, busy func(cluster string) bool) error {
 	err := f.sync(ctx, busy)
@@ -229,22 +239,22 @@ func (f *Fleet) sync(ctx context.Context, busy func(string) bool) error {
 		}
 		kept[c] = start
 	}
-	// Give up one cluster beyond the share per round, an idle one, so the
-	// fleet rebalances gently when a replica joins.
-	if len(kept) > share {
-		for _, c := range slices.Sorted(maps.Keys(kept)) {
-			if busy(c) {
-				continue
-			}
-			name, _ := ownerLease(c)
-			if err := f.s.dropLease(ctx, c, name, f.identity); err != nil {
-				errs = append(errs, fmt.Errorf("giving up cluster %s: %w", c, err))
-				break
-			}
-			delete(kept, c)
-			f.log.Info("cluster handed to another replica", "cluster", c, "replica", f.identity, "replicas", replicas, "share", share)
+	// Give up the idle clusters beyond the share; the other replicas take
+	// them in their next round. A busy one is kept until its run ends.
+	for _, c := range slices.Sorted(maps.Keys(kept)) {
+		if len(kept) <= share {
 			break
 		}
+		if busy(c) {
+			continue
+		}
+		name, _ := ownerLease(c)
+		if err := f.s.dropLease(ctx, c, name, f.identity); err != nil {
+			errs = append(errs, fmt.Errorf("giving up cluster %s: %w", c, err))
+			break
+		}
+		delete(kept, c)
+		f.log.Info("cluster handed to another replica", "cluster", c, "replica", f.identity, "replicas", replicas, "share", share)
 	}
 	for _, c := range free {
 		if len(kept) >= share {

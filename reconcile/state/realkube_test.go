@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,8 +183,8 @@ func TestRealFleetSharesClustersAndTakesOver(t *testing.T) {
 		}
 	}
 	// The first replica to sync sees only itself and takes every cluster;
-	// as the others show up it gives one up per round, and they take them.
-	rounds(fleets, 8)
+	// once it sees the others it gives up its surplus, and they take it.
+	rounds(fleets, 3)
 	check(fleets, 2)
 
 	// replica-2 dies: it neither renews nor releases. Until its Leases
@@ -219,3 +221,79 @@ func TestRealFleetSharesClustersAndTakesOver(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// countingTransport counts the requests a client sends.
+type countingTransport struct {
+	base http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (c countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.base.RoundTrip(r)
+}
+
+// TestRealFleetRequestsPerRound measures what sharing costs the API
+// server: once the shares settle, a round of a replica is one read and one
+// write of its membership, one list, and one write per cluster it owns.
+// The figures for 30 clusters and 2 or 3 replicas go to the test log (and
+// docs/operations.md).
+func TestRealFleetRequestsPerRound(t *testing.T) {
+	t.Parallel()
+	cp := realkube.Start(t, realkube.Options{})
+	ctx := t.Context()
+	var clusters []string
+	for i := range 30 {
+		clusters = append(clusters, fmt.Sprintf("clusters/c%02d", i))
+	}
+	for _, n := range []int{2, 3} {
+		ns := fmt.Sprintf("scale-%d", n)
+		var fleets []*state.Fleet
+		var counts []*atomic.Int64
+		for i := range n {
+			realStore(t, cp, ns, 0) // creates the namespace
+			cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig(t, "taloscluster-agent", "system:masters"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.QPS, cfg.Burst = state.ClientQPS, state.ClientBurst
+			count := &atomic.Int64{}
+			cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, count} }
+			s, err := state.NewKubeStore(realkube.Client(t, cfg), state.KubeOptions{Namespace: ns})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := s.NewFleet(fmt.Sprintf("replica-%d", i), 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.SetClusters(clusters)
+			fleets = append(fleets, f)
+			counts = append(counts, count)
+		}
+		// Settle: the first replica takes every cluster, sheds the surplus
+		// when it sees the others, and they take it.
+		for range 3 {
+			for _, f := range fleets {
+				if err := f.Sync(ctx, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i, f := range fleets {
+			owned := len(f.Status().Owned)
+			if want := 30 / n; owned != want {
+				t.Fatalf("%d replicas: replica %d owns %d clusters, want %d", n, i, owned, want)
+			}
+			before := counts[i].Load()
+			if err := f.Sync(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			got := counts[i].Load() - before
+			if want := int64(3 + owned); got != want {
+				t.Errorf("%d replicas: replica %d sent %d requests in a round, want %d (membership read and write, one list, one write per owned cluster)", n, i, got, want)
+			}
+			t.Logf("%d replicas, 30 clusters: replica %d owns %d and sends %d Kubernetes API requests per round (a round every lease_duration/3, 10s by default)", n, i, owned, got)
+		}
+	}
+}

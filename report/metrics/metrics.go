@@ -414,13 +414,21 @@ func (m *Metrics) RunFinished(kind Kind, cluster string, result Result, d time.D
 	}
 }
 
-// LeaseHeld records whether this replica holds a cluster's Lease.
+// LeaseHeld records whether this replica holds a cluster's Lease. A
+// replica that does not hold it drops the cluster's converge and drift
+// series: they are the owner's to report, and a stale value here would
+// keep an alert firing.
 func (m *Metrics) LeaseHeld(cluster string, held bool) {
-	v := 0.0
+	c := m.ClusterLabel(cluster)
 	if held {
-		v = 1
+		m.leaseHeld.WithLabelValues(c).Set(1)
+		return
 	}
-	m.leaseHeld.WithLabelValues(m.ClusterLabel(cluster)).Set(v)
+	m.leaseHeld.WithLabelValues(c).Set(0)
+	l := prometheus.Labels{"cluster": c}
+	m.failing.DeletePartialMatch(l)
+	m.drift.DeletePartialMatch(l)
+	m.driftCheck.DeletePartialMatch(l)
 }
 
 // Drift records the outcome of a drift check that could plan cluster:

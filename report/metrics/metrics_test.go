@@ -144,6 +144,15 @@ func TestConvergeFailingAndLeaseHeld(t *testing.T) {
 	if got := value(m, "taloscluster_cluster_lease_held", map[string]string{"cluster": "clusters/a"}); got != 1 {
 		t.Fatalf("lease held %v, want 1", got)
 	}
+	// Another replica took the cluster: its failing series is that
+	// replica's to report now.
+	m.LeaseHeld("clusters/a", false)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	n, err := testutil.GatherAndCount(reg, "taloscluster_cluster_converge_failing")
+	if err != nil || n != 0 {
+		t.Fatalf("converge_failing series after the Lease went elsewhere: %d, %v; want none", n, err)
+	}
 }
 
 func TestReportsPendingAgeGrowsWhileScraped(t *testing.T) {
