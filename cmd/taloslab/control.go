@@ -42,7 +42,8 @@ import (
 //	                        instead of answering
 //
 // op is a forge operation name such as pulls.get, comments.create,
-// statuses.create or git.upload-pack, or a path.Match pattern of them
+// statuses.create, releases.list or git.upload-pack, or a path.Match
+// pattern of them
 // (comments.*, *); GET /lab/v1/ lists the names.
 var githubFaultKinds = []string{"github-fail", "github-secondary-limit", "github-rate-limit", "github-latency",
 	"github-hang", "github-reset", "github-lost-reply"}

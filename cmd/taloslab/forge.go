@@ -44,8 +44,10 @@ func token(prefix string) string {
 }
 
 // startForge serves the lab forge over HTTPS with the lab CA, creates
-// org/clusters holding clusters/gitops, and writes the agent's
-// configuration, token and secrets under dir/agent.
+// org/clusters holding clusters/gitops and the upstream repositories
+// siderolabs/talos and kubernetes/kubernetes with their release history
+// (forge.SeedUpstreamReleases), and writes the agent's configuration,
+// token and secrets under dir/agent.
 func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
 	botToken, userToken := token("ghp_bot"), token("ghp_alice")
 	if err := os.MkdirAll(filepath.Join(dir, "forge"), 0o755); err != nil {
@@ -64,6 +66,9 @@ func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
 	}
 	repo.Grant("taloscluster-bot", forge.PermissionWrite)
 	repo.Grant("alice", forge.PermissionAdmin)
+	if err := f.SeedUpstreamReleases(); err != nil {
+		return nil, err
+	}
 	cluster, err := l.ClusterYAML(lab.Cluster{Name: "gitops", Workers: 1, Bridge: "vmbr1"})
 	if err != nil {
 		return nil, err

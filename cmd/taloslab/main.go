@@ -36,6 +36,7 @@
 // lab.Fault) it takes the forge's:
 //
 //	{"kind":"github-fail","op":"comments.create","n":2,"status":502}
+//	{"kind":"github-fail","op":"releases.list","status":502}
 //	{"kind":"github-secondary-limit","op":"statuses.create","n":1,"millis":3000}
 //	{"kind":"github-rate-limit","millis":60000}
 //	{"kind":"github-latency","op":"pulls.*","millis":2000}
@@ -55,9 +56,19 @@
 // without effect; github-lost-reply: the next n requests matching op take
 // effect and then get their connection reset instead of an answer. op is
 // a forge operation (pulls.get, comments.create, statuses.create,
-// git.upload-pack, ...; GET /lab/v1/ lists them as github_operations) or a
-// path.Match pattern of them.
+// releases.list, git.upload-pack, ...; GET /lab/v1/ lists them as
+// github_operations) or a path.Match pattern of them.
 // GET /lab/v1/log includes the forge's requests (source "github").
+//
+// Beside org/clusters the forge holds the upstream repositories
+// siderolabs/talos and kubernetes/kubernetes, whose releases (GET
+// /repos/{owner}/{repo}/releases, .../releases/latest and
+// .../releases/tags/{tag}, operations releases.list, releases.latest and
+// releases.get) are the fixed history of forge.SeedUpstreamReleases:
+// Talos v1.11.0 to v1.13.8 and the prerelease v1.14.0-beta.0, Kubernetes
+// v1.34.0 to v1.37.2 and the prerelease v1.38.0-alpha.1, every patch of
+// each minor line. Any lab token (TALOSLAB_GITHUB_TOKEN) reads them;
+// lab.env names them in a comment.
 package main
 
 import (
@@ -78,6 +89,7 @@ import (
 	"time"
 
 	"github.com/taloscluster/taloscluster/lab"
+	"github.com/taloscluster/taloscluster/lab/forge"
 	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
@@ -203,9 +215,12 @@ export TALOSLAB_AGENT_URL=%q
 export TALOSLAB_SUBNETS=%q
 export TALOSLAB_VMBR0_NET=%q
 export TALOSLAB_VMBR1_NET=%q
+# The forge at TALOSLAB_GITHUB_API also serves the releases of %s
+# (latest %s) and %s (latest %s), as GitHub's releases API.
 `, l.PVEURL, l.TokenID, l.TokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
 		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
-		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String())
+		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(),
+		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest)
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
 }
 

@@ -187,6 +187,9 @@ func (f *Forge) apiRoutes() []route {
 		{"GET", "/repos/:owner/:repo/commits/*ref/statuses", "statuses.list", f.listStatuses},
 		{"GET", "/repos/:owner/:repo/commits/*ref/status", "status.combined", f.combinedStatus},
 		{"GET", "/repos/:owner/:repo/collaborators/:user/permission", "collaborators.permission", f.getPermission},
+		{"GET", "/repos/:owner/:repo/releases", "releases.list", f.listReleases},
+		{"GET", "/repos/:owner/:repo/releases/latest", "releases.latest", f.latestReleaseDoc},
+		{"GET", "/repos/:owner/:repo/releases/tags/*tag", "releases.get", f.releaseByTagDoc},
 	}
 	out := make([]route, 0, len(rs))
 	for _, r := range rs {

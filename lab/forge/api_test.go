@@ -664,12 +664,12 @@ func TestUnimplementedEndpoint(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
 	gh := w.client(t, agent)
-	_, _, err := gh.Repositories.ListReleases(t.Context(), "acme", "clusters", nil)
+	_, _, err := gh.Repositories.ListTags(t.Context(), "acme", "clusters", nil)
 	var er *github.ErrorResponse
 	if !errors.As(err, &er) || er.Response.StatusCode != http.StatusNotImplemented {
 		t.Fatalf("err %v, want 501", err)
 	}
-	if !strings.Contains(er.Message, "GET /repos/acme/clusters/releases") {
+	if !strings.Contains(er.Message, "GET /repos/acme/clusters/tags") {
 		t.Errorf("message %q does not name the method and path", er.Message)
 	}
 	if got := ops(w.f, "unimplemented", http.StatusNotImplemented); len(got) != 1 {

@@ -1,8 +1,11 @@
 // Package forge is an emulator of the subset of GitHub the agent uses: the
 // REST API calls it makes through go-github (pull requests, issue comments,
-// commit statuses, collaborator permissions, rate limits) and git over
+// commit statuses, collaborator permissions, rate limits), the releases
+// API that "taloscluster check" reads upstream versions from, and git over
 // smart HTTP on real bare repositories, so go-github, go-git and plain git
-// talk to it unchanged.
+// talk to it unchanged. SeedUpstreamReleases creates siderolabs/talos and
+// kubernetes/kubernetes with a fixed release history (see TalosLatest and
+// KubernetesLatest).
 //
 // Repositories are real bare git repositories under Options.Dir, one per
 // owner/name, created with CreateRepo and CreateFork. git's smart-HTTP

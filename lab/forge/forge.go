@@ -262,6 +262,9 @@ func (f *Forge) Log() []Request {
 //	statuses.list            GET    /repos/{o}/{r}/commits/{ref}/statuses (and /statuses/{ref})
 //	status.combined          GET    /repos/{o}/{r}/commits/{ref}/status
 //	collaborators.permission GET    /repos/{o}/{r}/collaborators/{user}/permission
+//	releases.list            GET    /repos/{o}/{r}/releases
+//	releases.latest          GET    /repos/{o}/{r}/releases/latest
+//	releases.get             GET    /repos/{o}/{r}/releases/tags/{tag}
 //	git.upload-pack.refs     GET    /{o}/{r}.git/info/refs?service=git-upload-pack
 //	git.upload-pack          POST   /{o}/{r}.git/git-upload-pack
 //	git.receive-pack.refs    GET    /{o}/{r}.git/info/refs?service=git-receive-pack
@@ -272,7 +275,8 @@ func (f *Forge) Log() []Request {
 // empty or "x-oauth-basic" password); git requests with basic
 // authentication after a 401 challenge. Reading is open to every
 // authenticated user, as on a public repository; pushing, merging and
-// creating statuses need the write permission.
+// creating statuses need the write permission, and only users with it see
+// draft releases.
 func (f *Forge) Handler() http.Handler {
 	return http.HandlerFunc(f.serveHTTP)
 }

@@ -23,7 +23,7 @@ var (
 )
 
 // Repo is a repository of the forge: a bare git repository on disk and the
-// pull requests, comments and statuses GitHub keeps beside it. It is safe
+// pull requests, comments, statuses and releases GitHub keeps beside it. It is safe
 // for concurrent use.
 type Repo struct {
 	f             *Forge
@@ -40,6 +40,8 @@ type Repo struct {
 	nextNumber int
 	comments   []*comment
 	statuses   []*status
+	releases   []*Release // in the order added
+	latest     *Release   // the release last added with MakeLatest
 }
 
 // CreateRepo creates an empty repository owner/name whose default branch

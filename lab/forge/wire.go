@@ -142,6 +142,27 @@ type combinedJSON struct {
 	URL        string       `json:"url"`
 }
 
+type releaseJSON struct {
+	URL             string     `json:"url"`
+	HTMLURL         string     `json:"html_url"`
+	AssetsURL       string     `json:"assets_url"`
+	UploadURL       string     `json:"upload_url"`
+	TarballURL      *string    `json:"tarball_url"`
+	ZipballURL      *string    `json:"zipball_url"`
+	ID              int64      `json:"id"`
+	NodeID          string     `json:"node_id"`
+	TagName         string     `json:"tag_name"`
+	TargetCommitish string     `json:"target_commitish"`
+	Name            *string    `json:"name"`
+	Body            *string    `json:"body"`
+	Draft           bool       `json:"draft"`
+	Prerelease      bool       `json:"prerelease"`
+	CreatedAt       string     `json:"created_at"`
+	PublishedAt     *string    `json:"published_at"`
+	Author          userJSON   `json:"author"`
+	Assets          []struct{} `json:"assets"`
+}
+
 type permissionJSON struct {
 	Permission string   `json:"permission"`
 	RoleName   string   `json:"role_name"`
