@@ -92,6 +92,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		newPlan(),
 		newConverge(),
 		newStatus(),
+		newCheck(),
 		newAgent(),
 		newDestroy(),
 	)

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"fmt"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -21,6 +22,22 @@ const MinTalosVersion = "v1.13.0"
 var kubernetesSupport = map[[2]int][2][2]int{
 	{1, 13}: {{1, 31}, {1, 36}},
 	{1, 14}: {{1, 33}, {1, 37}},
+}
+
+// KubernetesRange returns the Kubernetes minors a Talos version runs,
+// inclusive at both ends, as "v1.31" and "v1.36": the table validation
+// checks kubernetes.version against. ok is false when the version does not
+// parse or its minor is not in the table (unknown, not incompatible).
+func KubernetesRange(talosVersion string) (lo, hi string, ok bool) {
+	tv, parsed := parseVersion(talosVersion)
+	if !parsed {
+		return "", "", false
+	}
+	rng, known := kubernetesSupport[[2]int{tv[0], tv[1]}]
+	if !known {
+		return "", "", false
+	}
+	return fmt.Sprintf("v%d.%d", rng[0][0], rng[0][1]), fmt.Sprintf("v%d.%d", rng[1][0], rng[1][1]), true
 }
 
 // poolKeys are the keys a pool accepts.
