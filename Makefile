@@ -4,15 +4,26 @@ STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN           := bin
 EXAMPLES      := $(sort $(wildcard examples/*))
 
-.PHONY: all build test lint fmt demo bench fuzz clean image
+.PHONY: all build test race lint fmt demo bench fuzz clean image
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/taloscluster ./cmd/taloscluster
 
+# test: every package, then again under the race detector the packages
+# whose code runs concurrently by design: the agent's loop and scheduler,
+# the report outbox, the state backends with their locks and Leases, git
+# sync. `make race` runs the whole tree under the race detector (about nine
+# minutes on two cores, too long for every CI run next to the cold builds).
+RACE_PKGS     := ./agent/... ./report/... ./reconcile/state/... ./reconcile/retry/... ./gitsync/...
+
 test:
 	$(GO) test ./...
+	$(GO) test -race $(RACE_PKGS)
+
+race:
+	$(GO) test -race ./...
 
 # lint: gofmt must report nothing, then go vet and staticcheck.
 lint:
