@@ -46,7 +46,17 @@ type Options struct {
 	Observe func(req *http.Request, code int, remaining int)
 	// Redact removes secrets from every body and description sent.
 	Redact *report.Redactor
+	// RequestTimeout bounds the wait for the answer to one request; zero
+	// means RequestTimeout.
+	RequestTimeout time.Duration
 }
+
+// RequestTimeout bounds the wait for the answer to one request. GitHub
+// ends an API request it has worked on for 10 seconds itself ("Troubleshooting
+// the REST API", timeouts), so an answer that has not begun after 20 is not
+// coming: the request fails, and is retried where that is safe, instead of
+// holding its caller for the whole CallTimeout.
+const RequestTimeout = 20 * time.Second
 
 // New returns a client for o.Repo.
 func New(o Options) (*Client, error) {
@@ -57,6 +67,16 @@ func New(o Options) (*Client, error) {
 	base := http.DefaultTransport
 	if o.HTTPClient != nil && o.HTTPClient.Transport != nil {
 		base = o.HTTPClient.Transport
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = RequestTimeout
+	}
+	if t, ok := base.(*http.Transport); ok {
+		t = t.Clone()
+		if t.ResponseHeaderTimeout == 0 || t.ResponseHeaderTimeout > o.RequestTimeout {
+			t.ResponseHeaderTimeout = o.RequestTimeout
+		}
+		base = t
 	}
 	hc := &http.Client{Transport: &Transport{Base: base, Spacing: o.Spacing, MaxWait: MaxRateLimitWait, Observe: o.Observe}}
 	gh := github.NewClient(hc).WithAuthToken(o.Token)

@@ -88,3 +88,27 @@ func TestRetryable(t *testing.T) {
 		t.Errorf("a cancelled call: %v; want not retryable", err)
 	}
 }
+
+// A request that GitHub accepts and never answers fails after the request
+// bound, not after the whole call's: the caller is not held.
+func TestHungRequestEndsAtTheRequestBound(t *testing.T) {
+	t.Parallel()
+	f, _, pr, _ := labForge(t)
+	srv := httptest.NewServer(f.Handler())
+	t.Cleanup(srv.Close)
+	t.Cleanup(f.Close) // first: it ends the hung request
+	c, err := gh.New(gh.Options{APIURL: srv.URL + "/", Repo: "org/clusters", Token: "ghp_bot0123456789",
+		Spacing: time.Millisecond, RequestTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Hang("comments.create", 1)
+	start := time.Now()
+	err = c.Comment(t.Context(), pr, "k", "x")
+	if err == nil || !gh.Retryable(err) {
+		t.Fatalf("a hung comment: %v, want a retryable error", err)
+	}
+	if waited := time.Since(start); waited > 20*time.Second {
+		t.Fatalf("the hung request held the caller %v", waited)
+	}
+}
