@@ -60,6 +60,12 @@ type Runner interface {
 	// reached with, for the pull-request endpoint policy. It makes no
 	// request.
 	Endpoints(cluster string, files fs.FS) (Endpoints, error)
+	// Check compares a cluster read from files with the upstream
+	// releases and with the running cluster (check.Run), changing
+	// nothing. A source it cannot read makes the report incomplete, not an
+	// error; an error means the cluster could not be checked at all (its
+	// files do not load).
+	Check(ctx context.Context, cluster string, files fs.FS) (*CheckResult, error)
 }
 
 // Progress is the state the agent keeps between runs: the last commit
@@ -91,6 +97,11 @@ type Agent struct {
 	// reports holds the statuses and comments owed to GitHub until they
 	// are delivered.
 	reports *outbox.Outbox
+	// kick asks the deliverer for a pass over the outbox; flushReq asks
+	// for one and waits for it; delivererDone is closed when it stops.
+	kick          chan struct{}
+	flushReq      chan chan struct{}
+	delivererDone chan struct{}
 	// fleet shares the clusters among replicas; nil owns them all.
 	fleet     Fleet
 	fleetDone chan struct{}
@@ -117,6 +128,7 @@ type Agent struct {
 	shown       map[shownKey]shownPlan // the last plan shown per cluster and pull request
 	shownOrder  []shownKey
 	approved    map[string]approvedPlan // cluster -> the plan its current converge job was allowed to run
+	checks      map[string]*CheckResult // cluster -> its last check
 }
 
 // Deps are what New wires together.
@@ -153,7 +165,7 @@ func New(cfg *Config, d Deps) *Agent {
 	a := &Agent{cfg: cfg, repo: d.Repo, forge: d.Forge, runner: d.Runner, progress: d.Progress, metrics: d.Metrics,
 		redact: d.Redact, log: d.Log, reports: d.Outbox, fleet: d.Fleet, planned: map[int]string{}, untrusted: map[int]string{},
 		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
-		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{},
+		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{}, checks: map[string]*CheckResult{},
 		retry: retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
 		// The first drift check comes one interval after start: on start,
 		// the resume logic converges what is behind.
@@ -164,6 +176,7 @@ func New(cfg *Config, d Deps) *Agent {
 	if cfg.RunRetry.Initial != 0 {
 		a.retry = cfg.RunRetry
 	}
+	a.startDeliverer(ctx)
 	a.sched = NewScheduler(ctx, cfg.Concurrency, a.runMutation)
 	if a.fleet != nil {
 		a.fleetDone = make(chan struct{})
@@ -457,8 +470,8 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	attempt := max(j.Attempt, 1)
 	statusCtx := gh.StatusContext("converge", j.Cluster)
 	started := time.Now()
-	a.setRunning(j.Cluster, string(j.Kind))
-	defer a.setRunning(j.Cluster, "")
+	a.setRunning(j, started)
+	defer a.setRunning(Job{Cluster: j.Cluster}, time.Time{})
 	if a.metrics != nil {
 		a.metrics.RunStarted(metrics.KindConverge, j.Cluster)
 	}
@@ -471,11 +484,11 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	var logMu sync.Mutex
 	var lines []string
 	err := a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
-		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, func(s string) {
+		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, a.progressLog(j.Cluster, func(s string) {
 			logMu.Lock()
 			lines = append(lines, s)
 			logMu.Unlock()
-		}, rv.approve)
+		}), rv.approve)
 	})
 	var again time.Duration
 	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, "converged"
@@ -539,6 +552,16 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
 		s.LastConverge = &httpapi.RunSummary{Commit: j.Commit, Result: string(result), Time: time.Now(), PlanID: id}
 	})
+	run := httpapi.Run{Kind: string(KindConverge), Commit: j.Commit, Result: string(result), Duration: time.Since(started), PlanID: id}
+	if len(rv.prs) > 0 {
+		run.PR = rv.prs[0]
+	}
+	if result != metrics.ResultSuccess {
+		run.Detail = desc
+	} else if j.Kind == KindDrift {
+		run.Detail = "self-heal of drift"
+	}
+	a.addRun(j.Cluster, run)
 	// A try that will be retried only updates the statuses; the comment
 	// comes with the last one.
 	if again == 0 && ctx.Err() == nil {
@@ -735,6 +758,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 		if a.metrics != nil {
 			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 		}
+		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: desc, Duration: time.Since(started)})
 		return clusterPlan{sec: sec, status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StateFailure, desc, "") }}
 	}
 	why, err := a.endpointPolicy(p.Head, base, cluster)
@@ -773,6 +797,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 			if a.metrics != nil {
 				a.metrics.RunFinished(metrics.KindPlan, cluster, metrics.ResultRetried, time.Since(started))
 			}
+			a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(metrics.ResultRetried), Detail: desc, Duration: time.Since(started)})
 			return clusterPlan{sec: sec, retry: wait,
 				status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StatePending, desc, "") }}
 		case transient || attempt > 1:
@@ -798,6 +823,11 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 	a.record(cluster, func(s *httpapi.ClusterStatus) {
 		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
 	})
+	run := httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: pl.Summary(), Duration: time.Since(started), PlanID: id}
+	if result == metrics.ResultRefused {
+		run.Detail = desc
+	}
+	a.addRun(cluster, run)
 	return clusterPlan{sec: sec, plan: pl,
 		status: func() { a.queueStatus(ctx, p.Head, statusCtx, state, desc, a.link(id)) }}
 }
@@ -829,7 +859,9 @@ func (a *Agent) endpointPolicy(head, base, cluster string) (string, error) {
 // with self_heal a drifted cluster is converged. A plan with changes or
 // refusals is drift; a cluster that could not be planned is neither
 // drifted nor in sync: the failed check is recorded on the status page
-// and in taloscluster_cluster_drift_check_success.
+// and in taloscluster_cluster_drift_check_success. After its drift plan,
+// each cluster is checked (checkCluster): its pins against the upstream
+// releases and its running nodes.
 func (a *Agent) drift(ctx context.Context, head string) {
 	a.mu.Lock()
 	due := time.Since(a.lastDrift) >= a.cfg.DriftInterval.D()
@@ -845,40 +877,82 @@ func (a *Agent) drift(ctx context.Context, head string) {
 		if a.sched.Busy(c) || a.sched.Requeued(c) || !a.owns(c) {
 			continue
 		}
-		var pl *plan.Plan
-		err := a.withFiles(head, c, func(files fs.FS) error {
-			var err error
-			pl, err = a.runner.Plan(ctx, c, files)
-			return err
-		})
-		if err == nil && pl == nil {
-			err = errors.New("the engine returned no plan")
+		drifted := a.driftCheck(ctx, c, head)
+		if ctx.Err() != nil {
+			return
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			reason := firstLine(a.redact.String(err.Error()))
-			a.log.Warn("drift check failed", "cluster", c, "commit", head, "error", reason)
-			if a.metrics != nil {
-				a.metrics.DriftCheckFailed(c)
-			}
-			a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError = reason })
-			continue
+		a.checkCluster(ctx, c, head)
+		if ctx.Err() != nil {
+			return
 		}
-		drifted := !pl.Empty()
-		if a.metrics != nil {
-			a.metrics.Drift(c, drifted)
-		}
-		a.record(c, func(s *httpapi.ClusterStatus) { s.Drift, s.DriftError = drifted, "" })
 		if drifted && a.cfg.SelfHeal {
 			a.sched.Mutate(Job{Kind: KindDrift, Cluster: c, Commit: head})
 		}
 	}
 }
 
-func (a *Agent) setRunning(cluster, kind string) {
-	a.record(cluster, func(s *httpapi.ClusterStatus) { s.Running = kind })
+// driftCheck plans cluster c at head, records what it found, and reports
+// whether it drifted.
+func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
+	started := time.Now()
+	var pl *plan.Plan
+	err := a.withFiles(head, c, func(files fs.FS) error {
+		var err error
+		pl, err = a.runner.Plan(ctx, c, files)
+		return err
+	})
+	if err == nil && pl == nil {
+		err = errors.New("the engine returned no plan")
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		reason := firstLine(a.redact.String(err.Error()))
+		a.log.Warn("drift check failed", "cluster", c, "commit", head, "error", reason)
+		if a.metrics != nil {
+			a.metrics.DriftCheckFailed(c)
+		}
+		a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
+		a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "failure", Detail: reason, Duration: time.Since(started)})
+		return false
+	}
+	drifted := !pl.Empty()
+	if a.metrics != nil {
+		a.metrics.Drift(c, drifted)
+	}
+	summary := a.redact.String(pl.Summary())
+	var changes []string
+	var more int
+	var id string
+	result := "no drift"
+	if drifted {
+		pl.Commit = head
+		id = a.storePlan(c, head, runDrift, report.Markdown(pl))
+		changes, more = a.driftLines(pl)
+		result = "drift"
+	}
+	a.record(c, func(s *httpapi.ClusterStatus) {
+		s.Drift, s.DriftError, s.DriftChecked = drifted, "", time.Now()
+		s.DriftSummary, s.DriftChanges, s.DriftMore, s.DriftPlanID = summary, changes, more, id
+	})
+	detail := ""
+	if drifted {
+		detail = summary
+	}
+	a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: result, Detail: detail, Duration: time.Since(started), PlanID: id})
+	return drifted
+}
+
+// setRunning records the mutating job that started on its cluster at
+// started, or with an empty Kind that none runs any more.
+func (a *Agent) setRunning(j Job, started time.Time) {
+	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
+		s.Running, s.Progress = string(j.Kind), nil
+		if j.Kind != "" {
+			s.Progress = &httpapi.Progress{Kind: string(j.Kind), Commit: j.Commit, Started: started}
+		}
+	})
 }
 
 func (a *Agent) record(cluster string, f func(*httpapi.ClusterStatus)) {
@@ -945,7 +1019,8 @@ func (a *Agent) Ready() error {
 // Status returns the status page's content.
 func (a *Agent) Status() httpapi.StatusPage {
 	a.mu.Lock()
-	page := httpapi.StatusPage{Repository: a.cfg.GitHub.Repo, Branch: a.cfg.Repository.DefaultBranch, LastFetch: a.lastFetch}
+	page := httpapi.StatusPage{Repository: a.cfg.GitHub.Repo, Branch: a.cfg.Repository.DefaultBranch, LastFetch: a.lastFetch,
+		RepositoryURL: repositoryURL(a.cfg.GitHub.APIURL, a.cfg.GitHub.Repo)}
 	paths := make([]string, 0, len(a.status))
 	for p := range a.status {
 		paths = append(paths, p)
@@ -954,6 +1029,10 @@ func (a *Agent) Status() httpapi.StatusPage {
 	for _, p := range paths {
 		cs := *a.status[p]
 		cs.Elsewhere = !a.owns(p)
+		if cs.Progress != nil {
+			progress := *cs.Progress
+			cs.Progress = &progress
+		}
 		page.Clusters = append(page.Clusters, cs)
 	}
 	a.mu.Unlock()
@@ -981,16 +1060,20 @@ func (a *Agent) Plan(id string) (string, bool) {
 	return md, ok
 }
 
-// Wait waits until no job runs or waits.
+// Wait waits until no job runs or waits, then for a pass over the reports
+// they left.
 func (a *Agent) Wait() {
 	a.sched.Wait()
+	a.flushReports(context.Background())
 }
 
 // Close stops the running jobs (their contexts end) and waits for them,
-// then gives up the replica's clusters.
+// then stops delivering reports (what is left waits in the outbox) and
+// gives up the replica's clusters.
 func (a *Agent) Close() {
 	a.stop()
 	a.sched.Close()
+	<-a.delivererDone
 	if a.fleetDone != nil {
 		<-a.fleetDone
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/taloscluster/taloscluster/agent"
 	"github.com/taloscluster/taloscluster/agent/httpapi"
+	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/gitsync"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/retry"
@@ -228,6 +229,14 @@ type fakeRunner struct {
 	approved  []*plan.Plan
 	refusedBy []error // what approve returned when it refused
 	converges int
+	// hold, when set, stops a converge after its first step until it is
+	// closed.
+	hold chan struct{}
+	// checkRes and checkErr are what Check returns; calls lists the
+	// Plan and Check calls in order ("plan", "check").
+	checkRes *agent.CheckResult
+	checkErr error
+	calls    []string
 }
 
 func (r *fakeRunner) planOf(files fs.FS) (*plan.Plan, error) {
@@ -252,6 +261,7 @@ func (r *fakeRunner) planOf(files fs.FS) (*plan.Plan, error) {
 func (r *fakeRunner) Plan(_ context.Context, _ string, files fs.FS) (*plan.Plan, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.calls = append(r.calls, "plan")
 	if len(r.planErrs) > 0 {
 		err := r.planErrs[0]
 		r.planErrs = r.planErrs[1:]
@@ -288,9 +298,13 @@ func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, log f
 		if fail != nil && i == fail.steps {
 			return fail.err
 		}
-		log("creating " + c.Resource.Name + "\n")
+		// The executor's progress line: the phase, then [i/n] and the step.
+		log(fmt.Sprintf("%-10s [%d/%d] %s %s\n", string(c.Phase)+":", i+1, len(pl.Changes), c.Action.Symbol(), c.Resource))
 		r.created[c.Resource.Name] = true
 		r.mutations = append(r.mutations, c.Resource.Name)
+		if i == 0 && r.hold != nil {
+			<-r.hold
+		}
 	}
 	if fail != nil {
 		return fail.err
@@ -299,6 +313,23 @@ func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, log f
 }
 
 func (r *fakeRunner) Endpoints(string, fs.FS) (agent.Endpoints, error) { return agent.Endpoints{}, nil }
+
+func (r *fakeRunner) Check(context.Context, string, fs.FS) (*agent.CheckResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, "check")
+	if r.checkErr != nil {
+		return nil, r.checkErr
+	}
+	if r.checkRes != nil {
+		return r.checkRes, nil
+	}
+	return &agent.CheckResult{Report: &check.Report{Cluster: "a", Scope: check.ScopeVersions,
+		ScopeReason: "the cluster does not exist yet", Components: []check.Component{
+			{Name: check.ComponentTalos, Pinned: "v1.13.8", PinnedReleased: true},
+			{Name: check.ComponentKubernetes, Pinned: "v1.36.3", PinnedReleased: true},
+		}}}, nil
+}
 
 func (r *fakeRunner) set(f func(r *fakeRunner)) {
 	r.mu.Lock()
@@ -338,6 +369,18 @@ type world struct {
 
 func newWorld(t *testing.T, edit func(*agent.Config)) *world {
 	t.Helper()
+	return newWorldWith(t, edit, nil)
+}
+
+// newWorldWithFleet is a world whose agent shares its clusters through
+// fleet, checking drift on every poll.
+func newWorldWithFleet(t *testing.T, fleet agent.Fleet) *world {
+	t.Helper()
+	return newWorldWith(t, func(c *agent.Config) { c.DriftInterval = agent.Duration(time.Nanosecond) }, fleet)
+}
+
+func newWorldWith(t *testing.T, edit func(*agent.Config), fleet agent.Fleet) *world {
+	t.Helper()
 	cfg := &agent.Config{
 		Repository: agent.Repository{URL: "https://git.example/org/clusters.git", DefaultBranch: "main"},
 		GitHub:     agent.GitHub{Repo: "org/clusters"},
@@ -362,7 +405,7 @@ func newWorld(t *testing.T, edit func(*agent.Config)) *world {
 	redact := &report.Redactor{}
 	redact.Add(secret)
 	w.agent = agent.New(cfg, agent.Deps{Repo: w.repo, Forge: w.forge, Runner: w.runner,
-		Progress: &fakeProgress{last: map[string]string{cluster: "c0"}}, Metrics: m, Redact: redact})
+		Progress: &fakeProgress{last: map[string]string{cluster: "c0"}}, Metrics: m, Redact: redact, Fleet: fleet})
 	w.agent.SetRetryPolicy(retry.Policy{Initial: time.Millisecond, Max: 2 * time.Millisecond, Attempts: agent.RetryAttempts})
 	t.Cleanup(w.agent.Close)
 	w.http = httptest.NewServer(httpapi.New(httpapi.Options{Metrics: w.reg, Status: w.agent.Status, Plan: w.agent.Plan}))

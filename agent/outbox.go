@@ -163,15 +163,66 @@ func (a *Agent) comment(ctx context.Context, pr int, sha, body string) {
 	a.report(ctx, outbox.Report{Kind: outbox.Comment, PR: pr, Commit: sha, Body: a.redact.String(body)})
 }
 
-// report queues r and delivers what is due.
+// report queues r and asks for a delivery pass.
 func (a *Agent) report(ctx context.Context, r outbox.Report) {
 	a.reports.Add(ctx, r)
 	a.deliver(ctx)
 }
 
-// deliver sends the reports that are due, unless GitHub's API is rate
+// startDeliverer starts the goroutine that sends the outbox's reports, so
+// that a slow or hung GitHub never holds up a poll or a converge: adding a
+// report only asks for a delivery pass.
+func (a *Agent) startDeliverer(ctx context.Context) {
+	a.kick = make(chan struct{}, 1)
+	a.flushReq = make(chan chan struct{})
+	a.delivererDone = make(chan struct{})
+	go func() {
+		defer close(a.delivererDone)
+		for {
+			var done chan struct{}
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.kick:
+			case done = <-a.flushReq:
+			}
+			a.deliverNow(ctx)
+			if done != nil {
+				close(done)
+			}
+		}
+	}()
+}
+
+// deliver asks for a delivery pass and does not wait for it.
+func (a *Agent) deliver(context.Context) {
+	select {
+	case a.kick <- struct{}{}:
+	default: // a pass is asked for already
+	}
+}
+
+// flushReports runs a delivery pass and waits until it is over, or ctx
+// ends, or the agent is closed.
+func (a *Agent) flushReports(ctx context.Context) {
+	done := make(chan struct{})
+	select {
+	case a.flushReq <- done:
+	case <-ctx.Done():
+		return
+	case <-a.delivererDone:
+		return
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-a.delivererDone:
+	}
+}
+
+// deliverNow sends the reports that are due, unless GitHub's API is rate
 // limited, and updates the outbox metrics.
-func (a *Agent) deliver(ctx context.Context) {
+func (a *Agent) deliverNow(ctx context.Context) {
 	if a.apiLimited() == nil {
 		if n := a.reports.Deliver(ctx, a.send); n > 0 {
 			a.log.Debug("reports delivered", "count", n)

@@ -101,7 +101,7 @@ type Component struct {
 	// LatestPatch is the newest release of the pinned minor.
 	LatestPatch string `json:"latest_patch"`
 	// PatchesBehind counts the releases of the pinned minor newer than
-	// the pin: the value of taloscluster_update_available.
+	// the pin: the value of taloscluster_patch_releases_behind (taloscluster_update_available is 1 when an update is available).
 	PatchesBehind int `json:"patches_behind"`
 	// LatestSupported is the newest release the other pin allows: for
 	// Kubernetes, inside the range the pinned Talos runs; for Talos, a

@@ -51,6 +51,8 @@ var wantAlerts = map[string]string{
 	"TalosclusterAgentDown":                "critical",
 	"TalosclusterClusterUnowned":           "critical",
 	"TalosclusterReportsDropped":           "warning",
+	"TalosclusterPatchReleasesBehind":      "info",
+	"TalosclusterCheckFailing":             "warning",
 }
 
 type ruleFile struct {
@@ -289,6 +291,9 @@ func sampleMetrics(t *testing.T) []byte {
 	m.LeaseHeld("clusters/staging", false)
 	m.Drift("clusters/prod", true)
 	m.DriftCheckFailed("clusters/staging")
+	m.ComponentChecked("clusters/prod", metrics.ComponentKubernetes, true, 2)
+	m.NodesCordoned("clusters/prod", 1)
+	m.CheckFinished("clusters/prod", true)
 	m.Fetched(true, now.Add(-10*time.Second))
 	m.Fetched(false, now)
 	m.GitHubRequest(metrics.OpListPulls, 200)

@@ -14,7 +14,10 @@
 //	/healthz      200 "ok" while the process serves requests
 //	/readyz       200 "ok" when Options.Ready returns nil, else 503 and the
 //	              first line of the reason
-//	/             the status page built from Options.Status
+//	/             the status page built from Options.Status: one section
+//	              per cluster (nodes, updates, drift, the last runs, the
+//	              progress of a converge); it reloads itself, every 5
+//	              seconds while a converge runs, every 30 otherwise
 //	/plans/{id}   a plan stored by the agent, as HTML (the text inside
 //	              <pre>) or, with ?format=text, as text/plain
 package httpapi
@@ -75,6 +78,10 @@ type StatusPage struct {
 	// Replica describes this replica's share of the clusters when several
 	// replicas share them; empty otherwise.
 	Replica string
+	// RepositoryURL is the repository's web address, such as
+	// https://github.com/org/infra, that pull request links start with;
+	// empty shows pull request numbers without links.
+	RepositoryURL string
 	// Generated is when the page was built; the zero time means now.
 	Generated time.Time
 }
@@ -115,6 +122,124 @@ type ClusterStatus struct {
 	DriftError string
 	// Running is the kind of the run in progress, empty when idle.
 	Running string
+	// Progress is the mutating run in progress (converge, drift); nil
+	// when none runs.
+	Progress *Progress
+	// DriftChecked is when the last drift check ran, whether or not it
+	// could plan; zero before the first.
+	DriftChecked time.Time
+	// DriftSummary is the one-line summary of the last drift plan, and
+	// DriftChanges one line per step and refusal of it (secrets removed),
+	// DriftMore how many more it has than are listed. DriftPlanID, when
+	// set, names the full plan under /plans/{id}.
+	DriftSummary string
+	DriftChanges []string
+	DriftMore    int
+	DriftPlanID  string
+	// Check is what the last check of the cluster found; nil before the
+	// first.
+	Check *CheckStatus
+	// Runs are the cluster's latest runs, newest first.
+	Runs []Run
+}
+
+// Progress is a mutating run in progress.
+type Progress struct {
+	// Kind is converge or drift (a self-heal converge).
+	Kind string
+	// Commit is the full SHA being converged.
+	Commit string
+	// Started is when the run began.
+	Started time.Time
+	// Step is the step running, from 1, out of Steps; zero while the run
+	// plans, before its first step.
+	Step, Steps int
+	// Text describes the step ("+ machine prod-a-worker-03").
+	Text string
+}
+
+// Run is one finished run of a cluster.
+type Run struct {
+	// Kind is plan (of a pull request), converge, drift (a drift check)
+	// or check.
+	Kind string
+	// Commit is the full SHA the run used.
+	Commit string
+	// PR is the pull request the run was for (a plan) or that merged the
+	// commit (a converge); zero for none.
+	PR int
+	// Result is how the run ended: success, failure, refused, cancelled,
+	// retried; for a drift check no drift, drift or failure; for a check
+	// ok, needs attention, incomplete or failure.
+	Result string
+	// Detail says more in one line, such as why it failed; may be empty.
+	Detail string
+	// Finished is when the run ended; Duration how long it took.
+	Finished time.Time
+	Duration time.Duration
+	// PlanID, when set, names the plan served under /plans/{id}.
+	PlanID string
+}
+
+// CheckStatus is what the last check of a cluster found (check.Run): the
+// pins against the releases and the running cluster against cluster.yaml.
+// Texts are secrets removed.
+type CheckStatus struct {
+	// Time is when the check ran.
+	Time time.Time
+	// Error, when set, says why the check could not run at all; the other
+	// fields are then empty.
+	Error string
+	// Incomplete lists the sources that could not be read, each
+	// "<source>: <reason>"; empty when the check finished.
+	Incomplete []string
+	// Components are Talos, then Kubernetes.
+	Components []ComponentStatus
+	// Compared is set when the running cluster was compared; NotCompared
+	// says why it was not.
+	Compared    bool
+	NotCompared string
+	// KubernetesRead is set when the Kubernetes API listed the nodes, so
+	// a node's readiness and scheduling are known.
+	KubernetesRead bool
+	// Nodes are the machines of the cluster, by name.
+	Nodes []NodeStatus
+	// Missing are machines cluster.yaml wants that do not exist.
+	Missing []string
+}
+
+// ComponentStatus is one pinned component against its releases.
+type ComponentStatus struct {
+	// Name is talos or kubernetes; Pinned the version cluster.yaml pins.
+	Name   string
+	Pinned string
+	// Update is the version to move to, empty when there is none;
+	// UpdateKind is patch (a newer patch of the pinned minor) or minor.
+	Update     string
+	UpdateKind string
+	// PatchesBehind counts the releases of the pinned minor newer than
+	// the pin.
+	PatchesBehind int
+	// Unknown says why the releases could not be read.
+	Unknown string
+}
+
+// NodeStatus is one machine of the cluster as the last check read it.
+type NodeStatus struct {
+	Name string
+	// Role is controlplane or worker.
+	Role string
+	// Talos is the Talos version the node runs and Kubernetes its
+	// kubelet's version, empty when unknown; TalosWant and
+	// KubernetesWant are what cluster.yaml pins, set only when they
+	// differ.
+	Talos, TalosWant           string
+	Kubernetes, KubernetesWant string
+	// InKubernetes is set when the Kubernetes API lists the node; Ready
+	// and Cordoned are its state then.
+	InKubernetes bool
+	Ready        bool
+	Cordoned     bool
 }
 
 // RunSummary is one run of a cluster.
@@ -225,6 +350,30 @@ func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeText(w, http.StatusServiceUnavailable, "not ready: "+reason+"\n")
 }
 
+// Refresh intervals of the status page, in seconds.
+const (
+	refreshConverging = 5
+	refreshIdle       = 30
+)
+
+// statusView is what the status page template sees.
+type statusView struct {
+	StatusPage
+	// Refresh is how often the page reloads itself, in seconds;
+	// Converging says whether a converge runs.
+	Refresh    int
+	Converging bool
+	Sections   []clusterView
+}
+
+// clusterView is one cluster's section.
+type clusterView struct {
+	ClusterStatus
+	// Slug makes the section's ids: cluster-<slug>, h-<slug>.
+	Slug          string
+	RepositoryURL string
+}
+
 func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	var page StatusPage
 	if s.opts.Status != nil {
@@ -233,13 +382,54 @@ func (s *server) status(w http.ResponseWriter, _ *http.Request) {
 	if page.Generated.IsZero() {
 		page.Generated = time.Now()
 	}
-	s.render(w, "status", page)
+	s.render(w, "status", newStatusView(page))
+}
+
+func newStatusView(page StatusPage) statusView {
+	v := statusView{StatusPage: page, Refresh: refreshIdle}
+	used := map[string]int{}
+	for _, c := range page.Clusters {
+		if !c.Elsewhere && c.Running != "" {
+			v.Converging, v.Refresh = true, refreshConverging
+		}
+		slug := Slug(c.Path)
+		// Two paths that differ only in case or punctuation would share
+		// ids: the later ones get a number.
+		if used[slug]++; used[slug] > 1 {
+			slug = fmt.Sprintf("%s-%d", slug, used[slug])
+		}
+		v.Sections = append(v.Sections, clusterView{ClusterStatus: c, Slug: slug, RepositoryURL: strings.TrimRight(page.RepositoryURL, "/")})
+	}
+	return v
+}
+
+// Slug is the part of a cluster section's ids that comes from the
+// cluster's path: the path in lower case, with every run of characters
+// other than a-z and 0-9 turned into one "-". "clusters/Prod_A" gives
+// "clusters-prod-a".
+func Slug(path string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(path) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+			dash = false
+			continue
+		}
+		if !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return b.String()
 }
 
 // planView is what the plan page template sees.
 type planView struct {
 	ID   string
 	Body string
+	// Refresh is 0: a plan does not change.
+	Refresh int
 }
 
 func (s *server) plan(w http.ResponseWriter, r *http.Request) {

@@ -138,9 +138,11 @@ func TestStatusPage(t *testing.T) {
 				LastPlan:     &httpapi.RunSummary{Commit: sha, Result: "success", Time: when, PlanID: "prod-a-42"},
 				LastConverge: &httpapi.RunSummary{Commit: "fedcba9876543210", Result: "failure", Time: when},
 				Drift:        true,
+				DriftChecked: when,
 				Running:      "converge",
+				Runs:         []httpapi.Run{{Kind: "plan", Commit: sha, PR: 42, Result: "success", Finished: when, PlanID: "prod-a-42"}},
 			},
-			{Path: "clusters/staging"},
+			{Path: "clusters/staging", DriftChecked: when},
 		},
 		Queue: []httpapi.QueuedJob{{Cluster: "clusters/staging", Kind: "plan", Commit: sha, Queued: when}},
 	}
@@ -166,13 +168,15 @@ func TestStatusPage(t *testing.T) {
 		"2026-03-01 12:00:00 UTC",
 		"<code>clusters/staging</code>",
 		"in sync",
-		"idle",
+		"Running: converge.",
+		"Idle.",
 	} {
 		if !strings.Contains(res.body, want) {
 			t.Errorf("status page lacks %q", want)
 		}
 	}
-	if strings.Contains(res.body, sha) {
+	// The full SHA is only in title attributes, for those who hover.
+	if strings.Count(res.body, sha) != strings.Count(res.body, `title="`+sha+`"`) {
 		t.Error("status page shows the full SHA, want the short form")
 	}
 	if !strings.Contains(res.body, "Nothing queued.") == (len(page.Queue) == 0) {
@@ -204,6 +208,10 @@ func TestStatusPage(t *testing.T) {
 
 const hostile = `<script>alert("x")</script>`
 
+// unescaped are what a hostile value would leave on the page had it not
+// been escaped: a tag, an attribute broken out of, a script URL.
+var unescaped = []string{"<script", "<img", `"><img`, `"><script`, `'><`, `href="javascript:`, "onerror=alert(1)>"}
+
 func TestStatusPageEscapes(t *testing.T) {
 	t.Parallel()
 	page := httpapi.StatusPage{
@@ -221,7 +229,7 @@ func TestStatusPageEscapes(t *testing.T) {
 	if res.code != http.StatusOK {
 		t.Fatalf("GET /: %d", res.code)
 	}
-	for _, bad := range []string{"<script>", "<img", `"><`, `href="javascript:`} {
+	for _, bad := range unescaped {
 		if strings.Contains(res.body, bad) {
 			t.Errorf("status page contains %q unescaped:\n%s", bad, res.body)
 		}

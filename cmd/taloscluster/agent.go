@@ -27,6 +27,7 @@ import (
 
 	"github.com/taloscluster/taloscluster/agent"
 	"github.com/taloscluster/taloscluster/agent/httpapi"
+	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/gitsync"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -159,7 +160,15 @@ func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (*agen
 	if err != nil {
 		return nil, nil, err
 	}
-	deps := agent.Deps{Repo: repo, Forge: forge, Runner: &agentRunner{store: store, log: log},
+	// The releases check compares the pins with come from the GitHub the
+	// agent reports to (its API URL, token and CA). One source serves
+	// every check, so its ETags spare the rate limit.
+	releases, err := check.NewGitHub(check.GitHubOptions{APIURL: cfg.GitHub.APIURL, Token: ghToken, HTTPClient: ghHTTP})
+	if err != nil {
+		return nil, nil, err
+	}
+	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact}
+	deps := agent.Deps{Repo: repo, Forge: forge, Runner: runner,
 		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports}
 	if fleet != nil {
 		deps.Fleet = fleet
@@ -312,6 +321,10 @@ func httpClient(caFile string) (*http.Client, error) {
 type agentRunner struct {
 	store state.Store
 	log   *slog.Logger
+	// releases lists the upstream releases for Check; redact removes
+	// the agent's secrets from its reports.
+	releases check.Source
+	redact   *report.Redactor
 }
 
 func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*reconcile.Engine, error) {
@@ -385,6 +398,47 @@ func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, file
 		return e.Destroy(ctx)
 	}
 	return e.Converge(ctx)
+}
+
+// Check checks a cluster as taloscluster check does: the pins against the
+// upstream releases, and the running cluster (the engine's read-only
+// observation) against cluster.yaml. A cluster the engine cannot observe
+// (no credentials, a provider not implemented) is checked on its versions
+// only, and the report says why it is incomplete. The whole check is
+// bounded by checkTimeout.
+func (r *agentRunner) Check(ctx context.Context, cluster string, files fs.FS) (*agent.CheckResult, error) {
+	c, warnings, err := spec.LoadFS(files, cluster, spec.Options{})
+	if err != nil {
+		return nil, err
+	}
+	opts := check.Options{Cluster: c, Warnings: warnings, Releases: r.releases}
+	if r.redact != nil {
+		opts.Redact = r.redact.String
+	}
+	var obs *reconcile.Observation
+	if e, err := r.engine(cluster, files, nil); err != nil {
+		opts.Observe = func(context.Context) (*reconcile.Observation, error) { return nil, err }
+	} else {
+		opts.Observe = func(ctx context.Context) (*reconcile.Observation, error) {
+			o, err := e.Observe(ctx)
+			obs = o
+			return o, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	rep, err := check.Run(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	res := &agent.CheckResult{Report: rep}
+	if obs != nil && !obs.Offline && obs.Kube.Unknown == "" && len(obs.Inventory.Machines()) > 0 {
+		res.Kube = map[string]agent.KubeNode{}
+		for _, n := range obs.Kube.Nodes {
+			res.Kube[n.Name] = agent.KubeNode{Ready: n.Ready, Cordoned: n.Unschedulable}
+		}
+	}
+	return res, nil
 }
 
 // Endpoints returns what the pull-request endpoint policy checks of a

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/taloscluster/taloscluster/agent"
+	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/gitsync"
 	"github.com/taloscluster/taloscluster/lab/forge"
 	"github.com/taloscluster/taloscluster/lab/labca"
@@ -35,6 +36,9 @@ func (emptyRunner) Converge(context.Context, string, string, fs.FS, func(string)
 	return nil
 }
 func (emptyRunner) Endpoints(string, fs.FS) (agent.Endpoints, error) { return agent.Endpoints{}, nil }
+func (emptyRunner) Check(context.Context, string, fs.FS) (*agent.CheckResult, error) {
+	return &agent.CheckResult{Report: &check.Report{}}, nil
+}
 
 // countingConn counts the bytes a connection reads and writes.
 type countingConn struct {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/taloscluster/taloscluster/agent"
+	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/lab/forge"
 )
@@ -63,6 +64,10 @@ func newAgentWorld(t *testing.T, net string) *agentWorld {
 		{Login: "taloscluster-bot", Token: agentToken}, {Login: "alice", Token: aliceToken}, {Login: "mallory", Token: malloryToken},
 	}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The forge serves the upstream releases the agent's check reads.
+	if err := f.SeedUpstreamReleases(); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewUnstartedServer(f.Handler())
@@ -388,6 +393,61 @@ func TestAgentDetectsDrift(t *testing.T) {
 	w.pollUntil(t, "the first converge", func() bool {
 		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
 	})
+	// After each drift check the agent checks the cluster: the pins
+	// against the forge's releases (kubernetes v1.36.1 is two patch
+	// releases behind v1.36.3) and the running nodes.
+	w.pollUntil(t, "a check of the built cluster", func() bool {
+		r, ok := w.agent.LastCheck("clusters/demo")
+		return ok && r.Scope == check.ScopeCluster && len(r.Nodes) == 4
+	})
+	r, _ := w.agent.LastCheck("clusters/demo")
+	if r.Incomplete || r.Components[1].PatchesBehind != 2 || r.Components[0].PatchesBehind != 0 {
+		t.Errorf("check of the built cluster: incomplete %v %q, components %+v", r.Incomplete, r.IncompleteReasons, r.Components)
+	}
+	get := func(path string) string {
+		rec := httptest.NewRecorder()
+		w.http.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		return rec.Body.String()
+	}
+	scrape := get("/metrics")
+	for _, want := range []string{
+		`taloscluster_patch_releases_behind{cluster="clusters/demo",component="kubernetes"} 2`,
+		`taloscluster_update_available{cluster="clusters/demo",component="kubernetes"} 1`,
+		`taloscluster_patch_releases_behind{cluster="clusters/demo",component="talos"} 0`,
+		`taloscluster_update_available{cluster="clusters/demo",component="talos"} 0`,
+		`taloscluster_nodes_cordoned{cluster="clusters/demo"} 0`,
+		`taloscluster_cluster_check_success{cluster="clusters/demo"} 1`,
+	} {
+		if !strings.Contains(scrape, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	page := get("/")
+	for _, want := range []string{
+		`<section class="cluster" id="cluster-clusters-demo" aria-labelledby="h-clusters-demo">`,
+		`<table class="nodes"><caption>Nodes</caption>`,
+		`<tr data-node="demo-controlplane-01"><th scope="row"><code>demo-controlplane-01</code></th><td>controlplane</td><td>v1.13.8</td><td>v1.36.1</td><td><span class="success">Ready</span></td><td>schedulable</td></tr>`,
+		`<tr data-node="demo-worker-01">`,
+		"kubernetes v1.36.1 → v1.36.3 (2 patch releases behind)",
+		"talos v1.13.8: up to date",
+		`<table class="runs"><caption>Last runs</caption>`,
+		"<tr><td>check</td>",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the status page lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, "<tr data-node="); n != 4 {
+		t.Errorf("%d node rows, want 4", n)
+	}
+	for _, s := range w.secrets {
+		if strings.Contains(page+scrape, s) {
+			t.Error("a secret is on the status page or in the metrics")
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("status page:\n%s", page)
+	}
 	// Someone stops a VM behind the agent's back.
 	vm := w.lab.PVE.VMs()[0]
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}

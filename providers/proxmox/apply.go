@@ -283,22 +283,37 @@ func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostna
 	m := want.Machines[i]
 	ctx, cancel := p.callCtx(ctx)
 	defer cancel()
-	id, err := p.api.GetNextID(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("allocating a VM id for %s: %w", hostname, err)
-	}
 	bootName, _, err := p.bootISO()
 	if err != nil {
 		return err
 	}
-	params := p.vmParams(m, int(id), bootName)
-	status, err := p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu", node))
-	if err := taskDone(status, err); err != nil {
-		return fmt.Errorf("creating VM %s (id %d) on %s: %w", hostname, id, node, err)
+	// /cluster/nextid reserves nothing: another client (a second agent
+	// replica, a person in the web UI) may take the same id between the
+	// two calls, and Proxmox then refuses the create with "VM <id> already
+	// exists", having created nothing. A fresh id is asked for then.
+	for attempt := 1; ; attempt++ {
+		id, err := p.api.GetNextID(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("allocating a VM id for %s: %w", hostname, err)
+		}
+		params := p.vmParams(m, int(id), bootName)
+		status, err := p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu", node))
+		err = taskDone(status, err)
+		if err != nil && attempt < idAttempts && strings.Contains(err.Error(), fmt.Sprintf("VM %d already exists", id)) {
+			p.log.Info("VM id taken meanwhile; asking for another", "cluster", p.c.Name, "vm", hostname, "id", int(id))
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("creating VM %s (id %d) on %s: %w", hostname, id, node, err)
+		}
+		p.log.Info("created vm", "cluster", p.c.Name, "vm", hostname, "id", int(id), "node", node)
+		return nil
 	}
-	p.log.Info("created vm", "cluster", p.c.Name, "vm", hostname, "id", int(id), "node", node)
-	return nil
 }
+
+// idAttempts bounds the VM ids tried for one create when others take them
+// first.
+const idAttempts = 3
 
 // vmParams are the Proxmox create parameters of a machine's VM.
 func (p *Provider) vmParams(m machineconfig.Machine, id int, bootISO string) map[string]any {
@@ -404,11 +419,15 @@ func (p *Provider) start(ctx context.Context, v *vm) error {
 }
 
 // finalize detaches the boot and config ISOs and deletes the config ISO,
-// which holds the machine config.
+// which holds the machine config. The VM's config is changed only when
+// something is still attached: after a detach whose answer was lost, only
+// the file is left to delete.
 func (p *Provider) finalize(ctx context.Context, v *vm) error {
-	params := map[string]any{"ide2": "none,media=cdrom", "delete": "ide3"}
-	if err := taskDone(p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/config", v.node, v.id))); err != nil {
-		return fmt.Errorf("detaching the ISOs of %s: %w", v.name, err)
+	if strings.Contains(v.config["ide2"], ".iso") || v.config["ide3"] != "" {
+		params := map[string]any{"ide2": "none,media=cdrom", "delete": "ide3"}
+		if err := taskDone(p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu/%d/config", v.node, v.id))); err != nil {
+			return fmt.Errorf("detaching the ISOs of %s: %w", v.name, err)
+		}
 	}
 	storage := p.c.Proxmox.CIDataStorage
 	volid := p.cidataVolume(v.name)

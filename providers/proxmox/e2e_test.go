@@ -37,8 +37,10 @@ type world struct {
 // newWorld starts a lab and writes a cluster directory pointing at it.
 func newWorld(t *testing.T, name string, workers int) *world {
 	t.Helper()
-	// 127.111.0.0/24 upwards: clear of the networks other packages' tests use.
-	n := 110 + netSeq.Add(1)
+	// 127.171.0.0/24 upwards: clear of the networks other packages' tests
+	// use (cmd/taloscluster's fault matrix has 127.120 to 127.159), as
+	// packages' tests run at the same time.
+	n := 170 + netSeq.Add(1)
 	clusterNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", n))
 	l, err := lab.Start(t.Context(), lab.Options{
 		Bridges:      map[string]netip.Prefix{"vmbr0": clusterNet},

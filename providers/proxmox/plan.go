@@ -407,8 +407,16 @@ func (p *Provider) planExisting(m machineconfig.Machine, v *vm, desiredRules []f
 	return out
 }
 
-// planFinalize removes the first-boot media once a VM runs: the config ISO
-// (it holds the machine config, secrets included) and the boot CD-ROM.
+// planFinalize removes the first-boot media after the health barrier: the
+// config ISO (it holds the machine config, secrets included) and the boot
+// CD-ROM. It runs for a VM this run creates, for one that still has either
+// attached, and for one whose config ISO is still on its node although
+// nothing attaches it (an earlier run detached the ISOs and stopped before
+// it deleted the file). A stopped VM is finalized too: the compute phase of
+// the same run starts it, and the health barrier before this step waits
+// for it to boot, so its first boot no longer needs the media. (An earlier
+// version skipped stopped VMs, so a VM created by a run that then failed
+// before starting it was started by the next run and kept its config ISO.)
 func (p *Provider) planFinalize(want *reconcile.Desired, inv *inventory) []plan.Change {
 	var out []plan.Change
 	for _, m := range want.Machines {
@@ -416,8 +424,9 @@ func (p *Provider) planFinalize(want *reconcile.Desired, inv *inventory) []plan.
 			continue
 		}
 		v, ok := inv.owned[m.Hostname]
-		attached := !ok || strings.Contains(v.config["ide3"], cidataName(m.Hostname)) || strings.Contains(v.config["ide2"], ".iso")
-		if !attached || (ok && !v.running) {
+		attached := !ok || strings.Contains(v.config["ide3"], cidataName(m.Hostname)) || strings.Contains(v.config["ide2"], ".iso") ||
+			inv.isos[v.node+"/"+p.cidataVolume(m.Hostname)]
+		if !attached {
 			continue
 		}
 		out = append(out, plan.Change{Phase: plan.PhaseHealth, Domain: plan.DomainProvider, Action: plan.ActionDelete,

@@ -172,7 +172,8 @@ type inventory struct {
 	// not this cluster's, and never touched.
 	misplaced []misplacedVM
 	foreign   map[string]int // VMs with a desired name that are not ours: name -> vmid
-	isos      map[string]bool
+	// isos are the boot and config ISOs present, by "node/volid".
+	isos map[string]bool
 }
 
 // misplacedVM is a VM that carries this cluster's ownership tags but sits
@@ -411,9 +412,14 @@ func (p *Provider) observeVM(ctx context.Context, v *vm) error {
 	}
 	if v.running {
 		ifaces, err := p.api.GetVmAgentNetworkInterfaces(ctx, ref)
-		if err == nil {
+		switch {
+		case err == nil:
 			v.addresses = nodeAddresses(ifaces, p.c.Network.Cluster.CIDR, vipOf(p.c))
-		} else {
+		case ctx.Err() != nil:
+			// The call ended because the run did, not because the guest
+			// agent is not up yet: stop here rather than go on reading.
+			return fmt.Errorf("reading the addresses of %s: %w", v.name, ctx.Err())
+		default:
 			v.noAddress = "guest agent: " + err.Error()
 			p.log.Debug("guest agent not answering yet", "vm", v.name, "error", err)
 		}
@@ -453,18 +459,34 @@ func nodeAddresses(ifaces []proxmox.AgentNetworkInterface, cluster netip.Prefix,
 	return append(inCluster, other...)
 }
 
+// observeISOs lists the ISOs of every node: the boot ISOs on iso_storage,
+// and the config ISOs on cidata_storage when that is another storage (a
+// config ISO left behind holds a machine config, so finalize must see it).
 func (p *Provider) observeISOs(ctx context.Context, inv *inventory) error {
 	px := p.c.Proxmox
+	storages := []string{px.ISOStorage}
+	if px.CIDataStorage != "" && px.CIDataStorage != px.ISOStorage {
+		storages = append(storages, px.CIDataStorage)
+	}
 	for _, node := range inv.nodes {
-		list, err := p.api.GetItemListInterfaceArray(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content?content=iso", node, px.ISOStorage))
-		if err != nil {
-			// A storage that is not on this node holds no ISO here.
-			p.log.Debug("listing ISOs", "node", node, "storage", px.ISOStorage, "error", err)
-			continue
-		}
-		for _, item := range list {
-			m, _ := item.(map[string]any)
-			inv.isos[node+"/"+str(m["volid"])] = true
+		for _, storage := range storages {
+			list, err := p.api.GetItemListInterfaceArray(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content?content=iso", node, storage))
+			if ctx.Err() != nil {
+				// The observation was cancelled or ran out of time: an ISO
+				// list that could not be read must not pass for an empty
+				// one. (Going on would also cost proxmox-api-go's retry
+				// sleeps, which do not watch the context, for every node.)
+				return fmt.Errorf("listing ISOs on %s: %w", node, ctx.Err())
+			}
+			if err != nil {
+				// A storage that is not on this node holds no ISO here.
+				p.log.Debug("listing ISOs", "node", node, "storage", storage, "error", err)
+				continue
+			}
+			for _, item := range list {
+				m, _ := item.(map[string]any)
+				inv.isos[node+"/"+str(m["volid"])] = true
+			}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package proxmox_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -87,5 +88,56 @@ func TestUnansweredReadIsATransientError(t *testing.T) {
 	}
 	if n := hungOps(w, "version.get"); n < 3 {
 		t.Errorf("%d unanswered version requests, want at least 3", n)
+	}
+}
+
+// TestCancelledObservationIsAnError cancels an observation while it waits
+// for the last VM's guest agent: Observe ends with the cancellation
+// instead of taking the unanswered reads that follow (the guest agent,
+// each node's ISO list) for "no address yet" and "no ISO", and returning
+// an inventory that looks complete.
+func TestCancelledObservationIsAnError(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "cancel", 0)
+	if err := w.engine(t).Converge(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := spec.Load(w.dir, spec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proxmox.New(c, os.DirFS(w.dir), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.lab.PVE.SetLatency("qemu.agent.interfaces", 2*time.Second)
+	seen := len(w.lab.PVE.Log())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	vms := len(w.lab.PVE.VMs())
+	go func() {
+		// A VM's guest agent is asked right after its firewall rules; the
+		// last VM's is the last read of a VM.
+		for {
+			rules := 0
+			for _, op := range w.lab.PVE.Log()[seen:] {
+				if op.Name == "firewall.rules.list" {
+					rules++
+				}
+			}
+			if rules == vms {
+				cancel()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	inv, err := p.Observe(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("observe cancelled while it waited for the guest agent: inventory %v, error %v; want the cancellation", inv, err)
 	}
 }

@@ -1,8 +1,9 @@
 // Package metrics exports the agent's Prometheus metrics: runs by kind and
 // result, their durations, the last success and drift of every cluster,
-// whether the last drift check could plan the cluster at all, Git fetches,
-// GitHub API calls and the rate limit, the queue and the runs in progress.
-// Every name starts with taloscluster_.
+// whether the last drift check could plan the cluster at all, what the last
+// check found (updates available, patch releases behind, cordoned nodes,
+// whether it finished), Git fetches, GitHub API calls and the rate limit,
+// the queue and the runs in progress. Every name starts with taloscluster_.
 //
 // Label values come only from fixed sets or from the repository's cluster
 // paths, never from free text such as error messages, so nothing secret can
@@ -96,6 +97,16 @@ const (
 	OpOther              GitHubOp = "other"
 )
 
+// Component is a component whose releases the check compares with its
+// pin; a value outside the set below is reported as InvalidLabel.
+type Component string
+
+// The components the check compares.
+const (
+	ComponentTalos      Component = "talos"
+	ComponentKubernetes Component = "kubernetes"
+)
+
 // codeError is the code label of a GitHub request that got no HTTP answer.
 const codeError = "error"
 
@@ -129,6 +140,10 @@ type Metrics struct {
 	running       *prometheus.GaugeVec
 	failing       *prometheus.GaugeVec
 	leaseHeld     *prometheus.GaugeVec
+	update        *prometheus.GaugeVec
+	behind        *prometheus.GaugeVec
+	cordoned      *prometheus.GaugeVec
+	checkSuccess  *prometheus.GaugeVec
 	lastFetch     prometheus.Gauge
 	fetches       *prometheus.CounterVec
 	githubCalls   *prometheus.CounterVec
@@ -203,6 +218,26 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name:      "cluster_lease_held",
 			Help:      "1 when this agent replica holds the cluster's Lease and so plans and converges it, else 0.",
 		}, []string{"cluster"}),
+		update: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "update_available",
+			Help:      "1 when the last check that could read the releases found an update of the component to take (a newer patch of the pinned minor, or a newer minor the other pin allows), else 0.",
+		}, []string{"cluster", "component"}),
+		behind: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "patch_releases_behind",
+			Help:      "Releases of the pinned minor newer than the pin, as the last check that could read the releases found them.",
+		}, []string{"cluster", "component"}),
+		cordoned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "nodes_cordoned",
+			Help:      "Kubernetes nodes of the cluster marked unschedulable, as the last check that could read the Kubernetes API found them.",
+		}, []string{"cluster"}),
+		checkSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_check_success",
+			Help:      "1 when the last check of a cluster finished, 0 when it was incomplete (a source could not be read) or failed; the other check series keep their last known values meanwhile.",
+		}, []string{"cluster"}),
 		lastFetch: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace,
 			Name:      "git_last_fetch_timestamp_seconds",
@@ -253,7 +288,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.runs, m.runDuration, m.lastSuccess, m.drift, m.driftCheck, m.running, m.failing, m.leaseHeld,
-		m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
+		m.update, m.behind, m.cordoned, m.checkSuccess, m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
 	}
 }
 
@@ -321,6 +356,15 @@ func (m *Metrics) forget(cluster string) {
 	m.running.DeletePartialMatch(l)
 	m.failing.DeletePartialMatch(l)
 	m.leaseHeld.DeletePartialMatch(l)
+	m.dropCheck(l)
+}
+
+// dropCheck removes the check series of a cluster.
+func (m *Metrics) dropCheck(l prometheus.Labels) {
+	m.update.DeletePartialMatch(l)
+	m.behind.DeletePartialMatch(l)
+	m.cordoned.DeletePartialMatch(l)
+	m.checkSuccess.DeletePartialMatch(l)
 }
 
 // ClusterLabel returns the label value for a cluster path: the path itself
@@ -354,6 +398,14 @@ func resultLabel(r Result) string {
 	switch r {
 	case ResultSuccess, ResultFailure, ResultRefused, ResultCancelled, ResultRetried:
 		return string(r)
+	}
+	return InvalidLabel
+}
+
+func componentLabel(c Component) string {
+	switch c {
+	case ComponentTalos, ComponentKubernetes:
+		return string(c)
 	}
 	return InvalidLabel
 }
@@ -415,9 +467,9 @@ func (m *Metrics) RunFinished(kind Kind, cluster string, result Result, d time.D
 }
 
 // LeaseHeld records whether this replica holds a cluster's Lease. A
-// replica that does not hold it drops the cluster's converge and drift
-// series: they are the owner's to report, and a stale value here would
-// keep an alert firing.
+// replica that does not hold it drops the cluster's converge, drift and
+// check series: they are the owner's to report, and a stale value here
+// would keep an alert firing.
 func (m *Metrics) LeaseHeld(cluster string, held bool) {
 	c := m.ClusterLabel(cluster)
 	if held {
@@ -429,6 +481,7 @@ func (m *Metrics) LeaseHeld(cluster string, held bool) {
 	m.failing.DeletePartialMatch(l)
 	m.drift.DeletePartialMatch(l)
 	m.driftCheck.DeletePartialMatch(l)
+	m.dropCheck(l)
 }
 
 // Drift records the outcome of a drift check that could plan cluster:
@@ -448,6 +501,37 @@ func (m *Metrics) Drift(cluster string, drifted bool) {
 // last value and taloscluster_cluster_drift_check_success goes to 0.
 func (m *Metrics) DriftCheckFailed(cluster string) {
 	m.driftCheck.WithLabelValues(m.ClusterLabel(cluster)).Set(0)
+}
+
+// ComponentChecked records what a check that could read a component's
+// releases found: whether there is an update to take, and how many
+// releases of the pinned minor are newer than the pin (negative counts
+// as 0). A check that could not read the releases should not call it, so
+// the last known values stay.
+func (m *Metrics) ComponentChecked(cluster string, component Component, updateAvailable bool, patchesBehind int) {
+	c, comp := m.ClusterLabel(cluster), componentLabel(component)
+	v := 0.0
+	if updateAvailable {
+		v = 1
+	}
+	m.update.WithLabelValues(c, comp).Set(v)
+	m.behind.WithLabelValues(c, comp).Set(float64(max(patchesBehind, 0)))
+}
+
+// NodesCordoned records how many Kubernetes nodes of a cluster are marked
+// unschedulable, as a check that read the Kubernetes API found them.
+func (m *Metrics) NodesCordoned(cluster string, n int) {
+	m.cordoned.WithLabelValues(m.ClusterLabel(cluster)).Set(float64(max(n, 0)))
+}
+
+// CheckFinished records the end of a check of cluster: complete is true
+// when it read every source, false when it was incomplete or failed.
+func (m *Metrics) CheckFinished(cluster string, complete bool) {
+	v := 0.0
+	if complete {
+		v = 1
+	}
+	m.checkSuccess.WithLabelValues(m.ClusterLabel(cluster)).Set(v)
 }
 
 // Fetched records a fetch of the repository that ended at at; a

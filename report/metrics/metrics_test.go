@@ -436,3 +436,83 @@ func TestSetClustersForgetsRemovedClusters(t *testing.T) {
 		t.Errorf("removed cluster still labels as %q", got)
 	}
 }
+
+func TestCheckSeries(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t)
+	m.SetClusters([]string{"clusters/a"})
+	m.ComponentChecked("clusters/a", metrics.ComponentTalos, true, 1)
+	m.ComponentChecked("clusters/a", metrics.ComponentKubernetes, true, 0) // a newer minor, no newer patch
+	m.NodesCordoned("clusters/a", 2)
+	m.CheckFinished("clusters/a", true)
+	talos := map[string]string{"cluster": "clusters/a", "component": "talos"}
+	kube := map[string]string{"cluster": "clusters/a", "component": "kubernetes"}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"taloscluster_update_available", talos, 1},
+		{"taloscluster_patch_releases_behind", talos, 1},
+		{"taloscluster_update_available", kube, 1},
+		{"taloscluster_patch_releases_behind", kube, 0},
+		{"taloscluster_nodes_cordoned", map[string]string{"cluster": "clusters/a"}, 2},
+		{"taloscluster_cluster_check_success", map[string]string{"cluster": "clusters/a"}, 1},
+	} {
+		if got := value(m, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+
+	// Up to date; an incomplete check.
+	m.ComponentChecked("clusters/a", metrics.ComponentTalos, false, 0)
+	m.CheckFinished("clusters/a", false)
+	if got := value(m, "taloscluster_update_available", talos); got != 0 {
+		t.Errorf("update_available after an up-to-date check %v, want 0", got)
+	}
+	if got := value(m, "taloscluster_cluster_check_success", map[string]string{"cluster": "clusters/a"}); got != 0 {
+		t.Errorf("check_success after an incomplete check %v, want 0", got)
+	}
+
+	// Only the fixed components become labels; a negative count is 0.
+	m.ComponentChecked("clusters/a", metrics.Component(`talos"} 1`), true, -3)
+	if got := value(m, "taloscluster_patch_releases_behind", map[string]string{"cluster": "clusters/a", "component": metrics.InvalidLabel}); got != 0 {
+		t.Errorf("an unknown component: %v", got)
+	}
+
+	// Another replica took the cluster: every check series is its to
+	// report now.
+	m.LeaseHeld("clusters/a", false)
+	for _, name := range []string{"taloscluster_update_available", "taloscluster_patch_releases_behind",
+		"taloscluster_nodes_cordoned", "taloscluster_cluster_check_success"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {
+			t.Errorf("%s: %d series after the Lease went elsewhere (%v), want none", name, n, err)
+		}
+	}
+
+	// A cluster removed from the repository loses its check series too.
+	m.CheckFinished("clusters/a", true)
+	m.NodesCordoned("clusters/a", 0)
+	m.SetClusters(nil)
+	for _, name := range []string{"taloscluster_nodes_cordoned", "taloscluster_cluster_check_success"} {
+		if n := testutil.CollectAndCount(m, name); n != 0 {
+			t.Errorf("%s: %d series after the cluster was removed, want none", name, n)
+		}
+	}
+}
+
+func TestCheckSeriesLint(t *testing.T) {
+	t.Parallel()
+	m, reg := newMetrics(t)
+	m.ComponentChecked("clusters/a", metrics.ComponentKubernetes, true, 2)
+	m.NodesCordoned("clusters/a", 1)
+	m.CheckFinished("clusters/a", false)
+	problems, err := testutil.GatherAndLint(reg, "taloscluster_update_available", "taloscluster_patch_releases_behind",
+		"taloscluster_nodes_cordoned", "taloscluster_cluster_check_success")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
