@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,37 +52,11 @@ func newReplicaWorld(t *testing.T) *replicaWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Close)
-	f, err := forge.New(forge.Options{Dir: t.TempDir(), Users: []forge.User{
-		{Login: "taloscluster-bot", Token: agentToken}, {Login: "alice", Token: aliceToken},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(f.Handler())
-	if srv.TLS, err = l.CA.ServerTLS("127.0.0.1"); err != nil {
-		t.Fatal(err)
-	}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	repo, err := f.CreateRepo("org", "clusters", "main")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo.Grant("taloscluster-bot", forge.PermissionWrite)
-	repo.Grant("alice", forge.PermissionWrite)
+	f, srv := startForge(t, l, forge.User{Login: "taloscluster-bot", Token: agentToken}, forge.User{Login: "alice", Token: aliceToken})
+	repo := clustersRepo(t, f)
 	w := &replicaWorld{lab: l, forge: f, repo: repo, logs: &syncBuffer{}, yaml: map[string]string{}}
 	files := map[string]string{"README.md": "clusters\n"}
-	dir := t.TempDir()
-	write := func(rel, body string) string {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	dir, write := fileWriter(t)
 	for name, bridge := range map[string]string{"demo": "vmbr0", "other": "vmbr1"} {
 		y, err := l.ClusterYAML(lab.Cluster{Name: name, Workers: 1, Bridge: bridge})
 		if err != nil {

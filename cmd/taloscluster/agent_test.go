@@ -60,29 +60,9 @@ const (
 func newAgentWorld(t *testing.T, net string) *agentWorld {
 	t.Helper()
 	l := startLab(t, net)
-	f, err := forge.New(forge.Options{Dir: t.TempDir(), Users: []forge.User{
-		{Login: "taloscluster-bot", Token: agentToken}, {Login: "alice", Token: aliceToken}, {Login: "mallory", Token: malloryToken},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The forge serves the upstream releases the agent's check reads.
-	if err := f.SeedUpstreamReleases(); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(f.Handler())
-	srv.TLS, err = l.CA.ServerTLS("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	repo, err := f.CreateRepo("org", "clusters", "main")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo.Grant("taloscluster-bot", forge.PermissionWrite)
-	repo.Grant("alice", forge.PermissionWrite)
+	f, srv := startForge(t, l, forge.User{Login: "taloscluster-bot", Token: agentToken},
+		forge.User{Login: "alice", Token: aliceToken}, forge.User{Login: "mallory", Token: malloryToken})
+	repo := clustersRepo(t, f)
 
 	clusterYAML, err := l.ClusterYAML(lab.Cluster{Name: "demo", Workers: 1, Bridge: "vmbr0"})
 	if err != nil {
@@ -96,17 +76,7 @@ func newAgentWorld(t *testing.T, net string) *agentWorld {
 		t.Fatal(err)
 	}
 
-	dir := t.TempDir()
-	write := func(rel, body string) string {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	dir, write := fileWriter(t)
 	write("secrets/clusters/demo/secrets.yaml", fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret))
 	cfg := &agent.Config{
 		Repository: agent.Repository{URL: srv.URL + "/org/clusters.git", TokenFile: write("repo-token", agentToken),
@@ -126,6 +96,59 @@ func newAgentWorld(t *testing.T, net string) *agentWorld {
 	t.Cleanup(a.Close)
 	return &agentWorld{lab: l, forge: f, repo: repo, agent: a, http: handler, logs: logs, cluster: clusterYAML, cfg: cfg,
 		secrets: []string{l.TokenSecret, agentToken, aliceToken, malloryToken}}
+}
+
+// startForge starts a forge with users over TLS with the lab's CA, seeded
+// with the upstream releases the check reads; the test closes it (hung
+// requests first).
+func startForge(t *testing.T, l *lab.Lab, users ...forge.User) (*forge.Forge, *httptest.Server) {
+	t.Helper()
+	f, err := forge.New(forge.Options{Dir: t.TempDir(), Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SeedUpstreamReleases(); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(f.Handler())
+	if srv.TLS, err = l.CA.ServerTLS("127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Config.ConnContext = forge.ConnContext
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	t.Cleanup(f.Close) // runs first: it ends hung requests
+	return f, srv
+}
+
+// clustersRepo creates org/clusters on f, writable by the agent's bot and
+// by alice.
+func clustersRepo(t *testing.T, f *forge.Forge) *forge.Repo {
+	t.Helper()
+	repo, err := f.CreateRepo("org", "clusters", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo.Grant("taloscluster-bot", forge.PermissionWrite)
+	repo.Grant("alice", forge.PermissionWrite)
+	return repo
+}
+
+// fileWriter returns a new temporary directory and a function that writes
+// a file below it (mode 0600, parents created) and returns its path.
+func fileWriter(t *testing.T) (string, func(rel, body string) string) {
+	t.Helper()
+	dir := t.TempDir()
+	return dir, func(rel, body string) string {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 }
 
 // pollUntil polls the agent until cond holds.

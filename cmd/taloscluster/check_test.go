@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,19 +37,7 @@ type checkLab struct {
 func newCheckLab(t *testing.T, net string) *checkLab {
 	t.Helper()
 	l, dir := labCluster(t, net, "chk", 1)
-	f, err := forge.New(forge.Options{Dir: t.TempDir(), Users: []forge.User{{Login: "release-reader", Token: checkToken}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.SeedUpstreamReleases(); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(f.Handler())
-	if srv.TLS, err = l.CA.ServerTLS("127.0.0.1"); err != nil {
-		t.Fatal(err)
-	}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	f, srv := startForge(t, l, forge.User{Login: "release-reader", Token: checkToken})
 	t.Setenv(envGitHubToken, checkToken)
 	t.Setenv(envGitHubAPI, "")
 	return &checkLab{lab: l, forge: f, dir: dir, api: srv.URL + "/"}

@@ -266,27 +266,8 @@ const (
 func newFaultAgentWorld(t *testing.T, net string, spacing time.Duration) (*agentWorld, map[string]string) {
 	t.Helper()
 	l := startLab(t, net)
-	f, err := forge.New(forge.Options{Dir: t.TempDir(), Users: []forge.User{
-		{Login: "taloscluster-bot", Token: agentToken}, {Login: "alice", Token: aliceToken},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(f.Handler())
-	srv.TLS, err = l.CA.ServerTLS("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Config.ConnContext = forge.ConnContext
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	t.Cleanup(f.Close) // releases hung requests
-	repo, err := f.CreateRepo("org", "clusters", "main")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo.Grant("taloscluster-bot", forge.PermissionWrite)
-	repo.Grant("alice", forge.PermissionWrite)
+	f, srv := startForge(t, l, forge.User{Login: "taloscluster-bot", Token: agentToken}, forge.User{Login: "alice", Token: aliceToken})
+	repo := clustersRepo(t, f)
 
 	prefix := netip.MustParsePrefix(net)
 	yamls := map[string]string{}
@@ -318,17 +299,7 @@ func newFaultAgentWorld(t *testing.T, net string, spacing time.Duration) (*agent
 		t.Fatal(err)
 	}
 
-	dir := t.TempDir()
-	write := func(rel, body string) string {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	dir, write := fileWriter(t)
 	for _, path := range []string{demoPath, otherPath} {
 		write("secrets/"+path+"/secrets.yaml", fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret))
 	}
