@@ -3,6 +3,9 @@ package main
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"syscall"
 	"net/http/httptest"
 	"net/netip"
 	"path/filepath"
@@ -36,6 +39,13 @@ type replicaWorld struct {
 
 func newReplicaWorld(t *testing.T) *replicaWorld {
 	t.Helper()
+	return newReplicaWorldOn(t, "127.96.0.0/24", "127.97.0.0/24", 2)
+}
+
+// newReplicaWorldOn is newReplicaWorld on two networks of the caller's,
+// with n replicas started in this process.
+func newReplicaWorldOn(t *testing.T, net0, net1 string, n int) *replicaWorld {
+	t.Helper()
 	cp := realkube.Start(t, realkube.Options{})
 	admin := realkube.Client(t, cp.Admin)
 	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "taloscluster"}}, metav1.CreateOptions{}); err != nil {
@@ -43,7 +53,7 @@ func newReplicaWorld(t *testing.T) *replicaWorld {
 	}
 	l, err := lab.Start(t.Context(), lab.Options{
 		Bridges: map[string]netip.Prefix{
-			"vmbr0": netip.MustParsePrefix("127.96.0.0/24"), "vmbr1": netip.MustParsePrefix("127.97.0.0/24"),
+			"vmbr0": netip.MustParsePrefix(net0), "vmbr1": netip.MustParsePrefix(net1),
 		},
 		TaskDuration: -1, BootDelay: 20 * time.Millisecond, InstallDelay: 20 * time.Millisecond,
 		RebootDelay: 20 * time.Millisecond, ReadyDelay: 50 * time.Millisecond,
@@ -84,7 +94,7 @@ func newReplicaWorld(t *testing.T) *replicaWorld {
 	}
 	w.cfg.RunRetry = retry.Policy{Initial: 500 * time.Millisecond, Max: time.Second, Attempts: agent.RetryAttempts}
 	w.cfg.Defaults()
-	for i := range 2 {
+	for i := range n {
 		w.start(t, i)
 	}
 	return w
@@ -261,5 +271,96 @@ func TestAgentReplicasShareClustersAndHandOver(t *testing.T) {
 	}
 	if comments != 2 {
 		t.Errorf("%d converge comments on the merged pull request, want one per cluster", comments)
+	}
+}
+
+// An agent process that holds both clusters is killed (SIGKILL) in the
+// middle of a converge: it releases nothing. A replica started afterwards
+// takes both clusters once the dead one's Leases expire, resumes from the
+// journal, and the merge ends converged once, with one VM per hostname and
+// one final status per cluster.
+func TestAgentProcessKilledMidConvergeIsTakenOver(t *testing.T) {
+	t.Parallel()
+	w := newReplicaWorldOn(t, "127.98.0.0/24", "127.99.0.0/24", 0)
+	main, _ := w.repo.Branch("main")
+
+	// The first replica is the real command in a process of its own.
+	dir, write := fileWriter(t)
+	c := w.cfg
+	config := write("agent.yaml", fmt.Sprintf(`repository:
+  url: %s
+  token_file: %s
+  ca_file: %s
+  poll_interval: 2s
+github:
+  api_url: %s
+  repo: %s
+  token_file: %s
+  ca_file: %s
+  mutation_spacing: 1ms
+secrets_dir: %s
+data_dir: %s
+state:
+  backend: kubernetes
+  namespace: %s
+  kubeconfig: %s
+  lease_duration: 3s
+drift_interval: 1h
+listen: 127.0.0.1:0
+public_url: http://agent.example
+`, c.Repository.URL, c.Repository.TokenFile, c.Repository.CAFile, c.GitHub.APIURL, c.GitHub.Repo, c.GitHub.TokenFile,
+		c.GitHub.CAFile, c.SecretsDir, filepath.Join(dir, "data"), c.State.Namespace, c.State.Kubeconfig))
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	proc := exec.Command(exe, "agent", "--config", config)
+	proc.Env = append(os.Environ(), envRunMain+"=1", "POD_NAME=killed")
+	proc.Stdout, proc.Stderr = &out, &out
+	// Slow VM creation so the process is mid-converge when it dies.
+	w.lab.PVE.SetLatency("qemu.create", 2*time.Second)
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- proc.Wait() }()
+	t.Cleanup(func() {
+		_ = proc.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("the killed agent's output:\n%s", out.String())
+		}
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for w.statuses(main, "taloscluster/converge: clusters/demo", "pending") == 0 ||
+		w.statuses(main, "taloscluster/converge: clusters/other", "pending") == 0 || len(w.lab.PVE.VMs()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent process never started converging both clusters:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := proc.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	exited <- nil // for the cleanup
+	w.lab.PVE.SetLatency("qemu.create", 0)
+	if !strings.Contains(out.String(), "cluster taken") {
+		t.Fatalf("the killed agent never held a cluster:\n%s", out.String())
+	}
+
+	// A new replica in this process takes over.
+	w.start(t, 0)
+	w.pollUntil(t, "both clusters converged by the new replica", []int{0}, func() bool {
+		return w.statuses(main, "taloscluster/converge: clusters/demo", "success") > 0 &&
+			w.statuses(main, "taloscluster/converge: clusters/other", "success") > 0
+	})
+	w.replicas[0].Wait()
+	w.oneVMPerName(t, 8)
+	for _, c := range []string{"clusters/demo", "clusters/other"} {
+		if n := w.statuses(main, "taloscluster/converge: "+c, "success"); n != 1 {
+			t.Errorf("%s: %d success statuses, want exactly 1", c, n)
+		}
 	}
 }
