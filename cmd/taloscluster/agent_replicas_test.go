@@ -3,13 +3,13 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"syscall"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
