@@ -730,6 +730,7 @@ func (a *Agent) planPR(p gh.PR, base string, clusters []string) func(ctx context
 		// merge is checked against. Its green status cannot come first.
 		for i, c := range clusters {
 			a.rememberShown(c, p.Number, p.Head, results[i].plan)
+			a.storeShown(ctx, c, p.Number, p.Head, results[i].plan)
 		}
 		return again
 	}

@@ -340,6 +340,29 @@ func (r *fakeRunner) set(f func(r *fakeRunner)) {
 type fakeProgress struct {
 	mu   sync.Mutex
 	last map[string]string
+	// files, when not nil, makes it a ShownStore.
+	files map[string][]byte
+}
+
+// keepingProgress is a fakeProgress that keeps state files too, as the
+// real state backends do.
+type keepingProgress struct{ *fakeProgress }
+
+func (p keepingProgress) Get(_ context.Context, cluster, name string) ([]byte, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	data, ok := p.files[cluster+"/"+name]
+	if !ok {
+		return nil, fs.ErrNotExist
+	}
+	return data, nil
+}
+
+func (p keepingProgress) Put(_ context.Context, cluster, name string, data []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.files[cluster+"/"+name] = slices.Clone(data)
+	return nil
 }
 
 func (p *fakeProgress) LastConverged(_ context.Context, c string) (string, error) {
@@ -359,6 +382,8 @@ func (p *fakeProgress) SetLastConverged(_ context.Context, c, commit string) err
 // machines.
 type world struct {
 	t      *testing.T
+	cfg    *agent.Config
+	deps   agent.Deps
 	agent  *agent.Agent
 	repo   *fakeRepo
 	forge  *fakeForge
@@ -380,6 +405,11 @@ func newWorldWithFleet(t *testing.T, fleet agent.Fleet) *world {
 }
 
 func newWorldWith(t *testing.T, edit func(*agent.Config), fleet agent.Fleet) *world {
+	t.Helper()
+	return newWorldFull(t, edit, fleet, &fakeProgress{last: map[string]string{cluster: "c0"}})
+}
+
+func newWorldFull(t *testing.T, edit func(*agent.Config), fleet agent.Fleet, progress agent.Progress) *world {
 	t.Helper()
 	cfg := &agent.Config{
 		Repository: agent.Repository{URL: "https://git.example/org/clusters.git", DefaultBranch: "main"},
@@ -404,14 +434,21 @@ func newWorldWith(t *testing.T, edit func(*agent.Config), fleet agent.Fleet) *wo
 	}
 	redact := &report.Redactor{}
 	redact.Add(secret)
-	w.agent = agent.New(cfg, agent.Deps{Repo: w.repo, Forge: w.forge, Runner: w.runner,
-		Progress: &fakeProgress{last: map[string]string{cluster: "c0"}}, Metrics: m, Redact: redact, Fleet: fleet})
-	w.agent.SetRetryPolicy(retry.Policy{Initial: time.Millisecond, Max: 2 * time.Millisecond, Attempts: agent.RetryAttempts})
-	t.Cleanup(w.agent.Close)
+	w.cfg = cfg
+	w.deps = agent.Deps{Repo: w.repo, Forge: w.forge, Runner: w.runner,
+		Progress: progress, Metrics: m, Redact: redact, Fleet: fleet}
+	w.startAgent()
 	w.http = httptest.NewServer(httpapi.New(httpapi.Options{Metrics: w.reg, Status: w.agent.Status, Plan: w.agent.Plan}))
 	t.Cleanup(w.http.Close)
 	w.poll()
 	return w
+}
+
+// startAgent starts the world's agent with its deps, as after a restart.
+func (w *world) startAgent() {
+	w.agent = agent.New(w.cfg, w.deps)
+	w.agent.SetRetryPolicy(retry.Policy{Initial: time.Millisecond, Max: 2 * time.Millisecond, Attempts: agent.RetryAttempts})
+	w.t.Cleanup(w.agent.Close)
 }
 
 // poll polls once and waits for every job it started, retries included.
@@ -903,5 +940,34 @@ func TestPlanStatusWaitsForItsComment(t *testing.T) {
 	got := w.forge.statusesOf("h1", "taloscluster/plan: "+cluster)
 	if len(plan) == 0 || len(got) == 0 || got[len(got)-1].state != gh.StateSuccess {
 		t.Fatalf("after GitHub recovered: plan comment %d parts, statuses %v", len(plan), got)
+	}
+}
+
+// With a state backend that keeps files, the plan shown on a pull request
+// is kept with the cluster: an agent restarted between the review and the
+// merge (or another replica) still finds it, and require_reviewed_plan lets
+// the reviewed plan run.
+func TestReviewedPlanIsKeptAcrossRestarts(t *testing.T) {
+	t.Parallel()
+	progress := keepingProgress{&fakeProgress{last: map[string]string{cluster: "c0"}, files: map[string][]byte{}}}
+	w := newWorldFull(t, func(c *agent.Config) { c.RequireReviewedPlan = true }, nil, progress)
+	w.openPR(1, "h1", "w1 w2")
+	w.agent.Close()
+	w.startAgent() // a new process: nothing in memory
+	w.merge(1, "m1", "w1 w2")
+	if s := w.last("m1", convergeContext); s.state != gh.StateSuccess {
+		t.Fatalf("converge status %+v after a restart; want the reviewed plan to run", s)
+	}
+	if got := w.runner.mutations; !slices.Equal(got, []string{"w1", "w2"}) {
+		t.Fatalf("mutations %v", got)
+	}
+
+	// A plan nobody reviewed is still refused, and the comment does not
+	// blame a restart.
+	w.runner.set(func(r *fakeRunner) { r.extra = []string{"w9"} })
+	w.merge(2, "m2", "w1 w2 w3")
+	if s := w.last("m2", convergeContext); s.state != gh.StateFailure ||
+		s.description != "refused: no reviewed plan: none was shown on #2 (none is kept in the cluster's state)" {
+		t.Fatalf("converge status %+v; want the refusal", s)
 	}
 }

@@ -49,8 +49,9 @@ type Config struct {
 	// agent showed on the merged pull request for that cluster (on the
 	// newest one when a run covers several merges). When it
 	// differs (another merge or drift came in between), or no plan is
-	// known (the agent restarted since, the commit was not merged through
-	// a pull request, the pull request's plan was never shown), the
+	// known (the commit was not merged through a pull request, the pull
+	// request's plan was never shown; shown plans are kept in the
+	// cluster's state when the backend allows, else in memory only), the
 	// converge is refused before any change, with a failure status and a
 	// comment listing the differences; a pull request whose plan is shown
 	// and then merged converges it. A retry after a transient failure may

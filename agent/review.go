@@ -70,12 +70,17 @@ func (a *Agent) rememberShown(cluster string, pr int, commit string, pl *plan.Pl
 	}
 }
 
-// shownPlanOf returns the last plan shown for a cluster on a pull request.
-func (a *Agent) shownPlanOf(cluster string, pr int) (shownPlan, bool) {
+// shownPlanOf returns the last plan shown for a cluster on a pull
+// request: the one this agent remembers, else the one the cluster's state
+// keeps (shown before a restart, or by another replica).
+func (a *Agent) shownPlanOf(ctx context.Context, cluster string, pr int) (shownPlan, bool) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	s, ok := a.shown[shownKey{cluster, pr}]
-	return s, ok
+	a.mu.Unlock()
+	if ok {
+		return s, true
+	}
+	return a.storedShown(ctx, cluster, pr)
 }
 
 func (a *Agent) setApproved(cluster, commit string, ap approvedPlan) {
@@ -108,7 +113,9 @@ func (a *Agent) forgetApproved(cluster, commit string) {
 // the comment and the status. The engine calls approve before Converge
 // returns; the other fields are read after.
 type review struct {
-	a       *Agent
+	a *Agent
+	// ctx is the run's, for reading the plans kept in the state.
+	ctx     context.Context
 	job     Job
 	attempt int
 	// prs is the merged pull request of each covered commit, 0 when none
@@ -142,7 +149,7 @@ type review struct {
 
 // newReview finds the merged pull request of every commit j covers.
 func (a *Agent) newReview(ctx context.Context, j Job, attempt int) *review {
-	r := &review{a: a, job: j, attempt: attempt, prs: make([]int, len(j.Covers)), limited: make([]bool, len(j.Covers))}
+	r := &review{a: a, ctx: ctx, job: j, attempt: attempt, prs: make([]int, len(j.Covers)), limited: make([]bool, len(j.Covers))}
 	for i, c := range j.Covers {
 		pr, ok, err := a.mergedPR(ctx, c)
 		_, r.limited[i] = gh.RateLimited(err)
@@ -172,7 +179,7 @@ func (r *review) approve(pl *plan.Plan) error {
 	}
 	var shown *plan.Plan
 	if len(r.prs) > 0 && r.prs[0] != 0 {
-		r.shown, r.hasShown = a.shownPlanOf(r.job.Cluster, r.prs[0])
+		r.shown, r.hasShown = a.shownPlanOf(r.ctx, r.job.Cluster, r.prs[0])
 		shown = r.shown.plan
 	}
 	r.diffs = plan.Differences(shown, pl)
@@ -197,6 +204,9 @@ func (r *review) why() string {
 	case len(r.prs) == 0 || r.prs[0] == 0:
 		return "no reviewed plan: the commit was not merged through a pull request"
 	default:
+		if _, kept := r.a.progress.(ShownStore); kept {
+			return fmt.Sprintf("no reviewed plan: none was shown on #%d (none is kept in the cluster's state)", r.prs[0])
+		}
 		return fmt.Sprintf("no reviewed plan: none was shown on #%d since the agent started", r.prs[0])
 	}
 }
@@ -247,7 +257,7 @@ func (r *review) section(i, pr int, fullURL string) string {
 	shown, ok := r.shown, r.hasShown
 	diffs := r.diffs
 	if i != 0 {
-		shown, ok = r.a.shownPlanOf(r.job.Cluster, pr)
+		shown, ok = r.a.shownPlanOf(r.ctx, r.job.Cluster, pr)
 		var sp *plan.Plan
 		if ok {
 			sp = shown.plan
@@ -272,8 +282,13 @@ func (r *review) section(i, pr int, fullURL string) string {
 		fmt.Fprintf(&b, "**Plan changed since review:** %s differs from the plan shown on this pull request at `%s` (another merge or drift came in between):\n\n",
 			strings.ToLower(ran[:1])+ran[1:], short(shown.commit))
 	default:
-		b.WriteString("**Plan changed since review:** no plan of this cluster was shown on this pull request since the agent started " +
-			"(it restarted, or never planned this head), so every step is unreviewed:\n\n")
+		if _, kept := r.a.progress.(ShownStore); kept {
+			b.WriteString("**Plan changed since review:** no plan of this cluster shown on this pull request is kept in the cluster's state " +
+				"(the agent never planned this head), so every step is unreviewed:\n\n")
+		} else {
+			b.WriteString("**Plan changed since review:** no plan of this cluster was shown on this pull request since the agent started " +
+				"(it restarted, or never planned this head), so every step is unreviewed:\n\n")
+		}
 	}
 	b.WriteString(diffBlock(diffs))
 	md := report.Markdown(r.ran)
