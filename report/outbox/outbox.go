@@ -22,6 +22,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -459,10 +460,6 @@ func short(sha string) string {
 }
 
 func firstLine(s string) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			return s[:i]
-		}
-	}
-	return s
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
