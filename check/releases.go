@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-github/v60/github"
 
+	"github.com/taloscluster/taloscluster/internal/noredirect"
 	ghreport "github.com/taloscluster/taloscluster/report/github"
 )
 
@@ -107,7 +108,7 @@ func NewGitHub(o GitHubOptions) (*GitHub, error) {
 	if timeout <= 0 {
 		timeout = DefaultCallTimeout
 	}
-	hc := &http.Client{Transport: &ghreport.Transport{Base: base, Attempts: attempts, MaxWait: timeout / 2}}
+	hc := noredirect.Client(&ghreport.Transport{Base: base, Attempts: attempts, MaxWait: timeout / 2})
 	gh := github.NewClient(hc)
 	if o.Token != "" {
 		gh = gh.WithAuthToken(o.Token)

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -18,6 +19,8 @@ import (
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	"github.com/go-git/go-git/v5/plumbing/transport/server"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+
+	"github.com/taloscluster/taloscluster/internal/noredirect"
 )
 
 type remoteKind int
@@ -57,7 +60,16 @@ func newRemote(o Options) (*remote, error) {
 		m.kind = kindHTTP
 		m.urlUser, m.urlPassword = ep.User, ep.Password
 		ep.User, ep.Password = "", ""
-		m.http = githttp.NewClient(o.HTTPClient)
+		// The token goes with every request: a redirect is never followed.
+		var base http.RoundTripper
+		if o.HTTPClient != nil {
+			base = o.HTTPClient.Transport
+		}
+		hc := noredirect.Client(base)
+		if o.HTTPClient != nil {
+			hc.Timeout = o.HTTPClient.Timeout
+		}
+		m.http = githttp.NewClient(hc)
 		if o.Auth.SSHKeyFile != "" || o.Auth.KnownHostsFile != "" {
 			return nil, fmt.Errorf("configuring %s: ssh key given for an HTTP remote", ep.String())
 		}

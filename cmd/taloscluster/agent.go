@@ -29,6 +29,7 @@ import (
 	"github.com/taloscluster/taloscluster/agent/httpapi"
 	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
@@ -211,6 +212,7 @@ func agentStore(cfg *agent.Config) (agentBackend, error) {
 			return nil, fmt.Errorf("state.backend kubernetes needs to run in a cluster or state.kubeconfig: %w", err)
 		}
 		rc.QPS, rc.Burst = state.ClientQPS, state.ClientBurst
+		rc.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return noredirect.Transport(rt) }
 		cs, err := kubernetes.NewForConfig(rc)
 		if err != nil {
 			return nil, err

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -887,6 +888,54 @@ func readFile(t *testing.T, path string) []byte {
 // TestFaultMatrixDocIsCurrent checks that docs/reliability.md prints the
 // matrix the tests run: the same cells, each with its fault, designed
 // outcome and whether it holds, and the summary line's counts.
+// TestThreatTableNamesTests keeps the threat table of docs/reliability.md
+// honest: every test a row names exists in the repository.
+func TestThreatTableNamesTests(t *testing.T) {
+	t.Parallel()
+	doc := string(readFile(t, "../../docs/reliability.md"))
+	_, table, ok := strings.Cut(doc, "## Hostile pull requests: the threat table")
+	if !ok {
+		t.Fatal("docs/reliability.md has no threat table")
+	}
+	if next := strings.Index(table, "\n## "); next >= 0 {
+		table = table[:next]
+	}
+	defined := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func (Test\w+)\(`)
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(readFile(t, path)), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, l := range strings.Split(table, "\n") {
+		cells := strings.Split(l, "|")
+		if len(cells) != 5 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") || strings.TrimSpace(cells[1]) == "attack" {
+			continue
+		}
+		rows++
+		names := regexp.MustCompile("`(Test\\w+)`").FindAllStringSubmatch(cells[3], -1)
+		if len(names) == 0 {
+			t.Errorf("threat row %q names no test", strings.TrimSpace(cells[1]))
+		}
+		for _, n := range names {
+			if !defined[n[1]] {
+				t.Errorf("threat row %q names %s, which does not exist", strings.TrimSpace(cells[1]), n[1])
+			}
+		}
+	}
+	if rows == 0 {
+		t.Fatal("the threat table has no rows")
+	}
+}
+
 func TestFaultMatrixDocIsCurrent(t *testing.T) {
 	t.Parallel()
 	doc := string(readFile(t, "../../docs/reliability.md"))

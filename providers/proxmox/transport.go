@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/taloscluster/taloscluster/internal/noredirect"
 )
 
 // RequestTimeout bounds one Proxmox HTTP request unless WithRequestTimeout
@@ -48,7 +50,10 @@ func apiClient(base *http.Transport, timeout time.Duration) *http.Client {
 	base.TLSHandshakeTimeout = min(timeout, 10*time.Second)
 	base.DialContext = (&net.Dialer{Timeout: min(timeout, 10*time.Second), KeepAlive: 30 * time.Second}).DialContext
 	base.IdleConnTimeout = 90 * time.Second
-	return &http.Client{Transport: &boundedTransport{base: base, timeout: timeout, tries: readTries}}
+	// The API token goes with every request: a redirect is never
+	// followed (noredirect), whatever the URL in cluster.yaml answers.
+	return &http.Client{Transport: &boundedTransport{base: noredirect.Transport(base), timeout: timeout, tries: readTries},
+		CheckRedirect: noredirect.CheckRedirect}
 }
 
 // boundedTransport gives each request its own deadline, timeout after it

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -21,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/taloscluster/taloscluster/internal/noredirect"
 )
 
 // Bounds on Kubernetes API calls.
@@ -41,6 +44,9 @@ func New(kubeconfig []byte) (*Client, error) {
 		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
 	}
 	cfg.Timeout = CallTimeout
+	// The client certificate or token goes with every request: a redirect
+	// is never followed.
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return noredirect.Transport(rt) }
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)

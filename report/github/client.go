@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-github/v60/github"
 
+	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/report"
 )
 
@@ -78,7 +79,9 @@ func New(o Options) (*Client, error) {
 		}
 		base = t
 	}
-	hc := &http.Client{Transport: &Transport{Base: base, Spacing: o.Spacing, MaxWait: MaxRateLimitWait, Observe: o.Observe}}
+	// The token goes with every request (WithAuthToken): a redirect is
+	// never followed.
+	hc := noredirect.Client(&Transport{Base: base, Spacing: o.Spacing, MaxWait: MaxRateLimitWait, Observe: o.Observe})
 	gh := github.NewClient(hc).WithAuthToken(o.Token)
 	u, err := url.Parse(o.APIURL)
 	if err != nil || u.Scheme == "" {
@@ -293,6 +296,10 @@ func Retryable(err error) bool {
 	}
 	if errors.Is(err, context.Canceled) {
 		return false
+	}
+	var refused *noredirect.Error
+	if errors.As(err, &refused) {
+		return false // the endpoint answers the same way next time
 	}
 	var er *github.ErrorResponse
 	if errors.As(err, &er) && er.Response != nil {
