@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/taloscluster/taloscluster/gitsync"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/retry"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/report"
 	gh "github.com/taloscluster/taloscluster/report/github"
 	"github.com/taloscluster/taloscluster/report/metrics"
@@ -60,6 +62,9 @@ type Runner interface {
 	// reached with, for the pull-request endpoint policy. It makes no
 	// request.
 	Endpoints(cluster string, files fs.FS) (Endpoints, error)
+	// Describe reads a cluster's name and the files its cluster.yaml
+	// reads, making no request.
+	Describe(cluster string, files fs.FS) (ClusterInfo, error)
 	// Check compares a cluster read from files with the upstream
 	// releases and with the running cluster (check.Run), changing
 	// nothing. A source it cannot read makes the report incomplete, not an
@@ -109,6 +114,8 @@ type Agent struct {
 	ownedBefore map[string]bool
 	// quiet keeps lasting conditions from being logged on every poll.
 	quiet quietLog
+	// infos are the cluster descriptions read, by commit and directory.
+	infos infoCache
 
 	mu          sync.Mutex
 	defaultHead string
@@ -342,10 +349,10 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 		if err != nil {
 			return err
 		}
-		affected = Affected(dirs, changed)
 		a.mu.Lock()
 		before := a.clusters
 		a.mu.Unlock()
+		affected = a.affectedBy(prev, head, dirs, before, changed)
 		for _, gone := range Removed(before, dirs) {
 			if a.owns(gone) {
 				a.removed(ctx, gone, head)
@@ -402,7 +409,7 @@ func (a *Agent) queueBehind(ctx context.Context, head string, clusters []string)
 		}
 		if last != "" {
 			changed, err := a.repo.ChangedPaths(ctx, last, head)
-			if err == nil && len(Affected([]string{d}, changed)) == 0 {
+			if err == nil && len(a.affectedBy(last, head, []string{d}, []string{d}, changed)) == 0 {
 				// Nothing of this cluster changed since: record it.
 				_ = a.progress.SetLastConverged(ctx, d, head)
 				continue
@@ -481,18 +488,28 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	}
 	a.setStatus(ctx, j.Commit, statusCtx, gh.StatePending, running, a.link(""))
 	rv := a.newReview(ctx, j, attempt)
+	rv.destroy = a.hasDestroyMarker(j.Commit, j.Cluster)
 	var logMu sync.Mutex
 	var lines []string
-	err := a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
-		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, a.progressLog(j.Cluster, func(s string) {
-			logMu.Lock()
-			lines = append(lines, s)
-			logMu.Unlock()
-		}), rv.approve)
-	})
+	err := a.destroyAllowed(ctx, j)
+	if err == nil {
+		err = a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
+			return a.runner.Converge(ctx, j.Cluster, j.Commit, files, a.progressLog(j.Cluster, func(s string) {
+				logMu.Lock()
+				lines = append(lines, s)
+				logMu.Unlock()
+			}), rv.approve)
+		})
+	}
 	var again time.Duration
 	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, "converged"
+	if rv.destroy {
+		desc = "destroyed"
+	}
 	switch {
+	case errors.Is(err, errDestroyRefused):
+		result, state, desc = metrics.ResultRefused, gh.StateFailure, fitLine(firstLine(a.redact.String(err.Error())), gh.MaxDescription)
+		a.log.Warn("destroy refused", "cluster", j.Cluster, "commit", j.Commit, "reason", desc)
 	case err == nil:
 		if len(j.Covers) > 1 {
 			desc = fmt.Sprintf("converged, covering %d merges", len(j.Covers))
@@ -569,7 +586,11 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 			if pr == 0 && !rv.limited[i] {
 				continue
 			}
-			body := fmt.Sprintf("**taloscluster converge** of `%s` at `%s`: **%s**", j.Cluster, short(j.Commit), desc)
+			verb := "converge"
+			if rv.destroy {
+				verb = "destroy"
+			}
+			body := fmt.Sprintf("**taloscluster %s** of `%s` at `%s`: **%s**", verb, j.Cluster, short(j.Commit), desc)
 			if len(j.Covers) > 1 {
 				body += fmt.Sprintf("\n\nThis run covered the merges %s.", strings.Join(shorts(j.Covers), ", "))
 			}
@@ -588,6 +609,27 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 		a.setStatus(ctx, c, statusCtx, state, desc, a.link(id))
 	}
 	return again
+}
+
+// destroyAllowed refuses a converge of a commit whose cluster directory
+// holds the destroy marker when the marker must not act: a drift job never
+// destroys, and a directory whose cluster the agent never converged from
+// it destroys nothing.
+func (a *Agent) destroyAllowed(ctx context.Context, j Job) error {
+	if !a.hasDestroyMarker(j.Commit, j.Cluster) {
+		return nil
+	}
+	if j.Kind == KindDrift {
+		return fmt.Errorf("%w: self-heal never destroys; the %s marker acts only on a reviewed merge", errDestroyRefused, DestroyMarker)
+	}
+	why, err := a.destroyRefusal(ctx, j.Cluster, []string{j.Cluster})
+	if err != nil {
+		return err
+	}
+	if why != "" {
+		return fmt.Errorf("%w: %s", errDestroyRefused, why)
+	}
+	return nil
 }
 
 // withFiles runs f on the cluster's files at commit.
@@ -621,7 +663,17 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 		a.log.Error("listing clusters", "pr", p.Number, "error", err)
 		return
 	}
-	affected := Affected(dirs, changed)
+	baseDirs, err := a.repo.ClusterDirs(base, a.cfg.Repository.ClusterRoots)
+	if err != nil {
+		a.log.Error("listing clusters", "pr", p.Number, "commit", base, "error", err)
+		return
+	}
+	trees := prTrees{base: base, dirs: dirs, baseDirs: baseDirs, removed: removedBy(baseDirs, dirs, changed)}
+	affected := a.affectedBy(base, p.Head, dirs, baseDirs, changed)
+	// A cluster directory the pull request deletes is reported on too:
+	// nothing is destroyed.
+	affected = append(affected, trees.removed...)
+	slices.Sort(affected)
 	if len(affected) == 0 {
 		a.mu.Lock()
 		a.planned[p.Number] = p.Head
@@ -656,7 +708,7 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	for _, c := range affected {
 		a.setStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
 	}
-	a.sched.Plan(p.Number, p.Head, affected, a.planPR(p, base, affected))
+	a.sched.Plan(p.Number, p.Head, affected, a.planPR(p, trees, affected))
 }
 
 // untrustedBecause says why a pull request must not be planned with
@@ -687,7 +739,7 @@ func (a *Agent) untrustedBecause(ctx context.Context, p gh.PR) (string, error) {
 // affected cluster and posts one comment. A cluster whose plan failed with
 // a transient error is planned again on the next attempt, after the wait
 // the run returns.
-func (a *Agent) planPR(p gh.PR, base string, clusters []string) func(ctx context.Context, attempt int) time.Duration {
+func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx context.Context, attempt int) time.Duration {
 	results := make([]clusterPlan, len(clusters))
 	todo := make([]int, len(clusters))
 	for i := range todo {
@@ -701,7 +753,7 @@ func (a *Agent) planPR(p gh.PR, base string, clusters []string) func(ctx context
 			if ctx.Err() != nil {
 				return 0 // superseded by a newer push
 			}
-			r := a.planCluster(ctx, p, base, clusters[i], attempt)
+			r := a.planCluster(ctx, p, trees, clusters[i], attempt)
 			results[i] = r
 			statuses = append(statuses, r.status)
 			if r.retry > 0 {
@@ -749,7 +801,8 @@ type clusterPlan struct {
 }
 
 // planCluster plans one cluster of a pull request.
-func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, attempt int) clusterPlan {
+func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster string, attempt int) clusterPlan {
+	base := trees.base
 	started := time.Now()
 	statusCtx := gh.StatusContext("plan", cluster)
 	sec := gh.Section{Cluster: cluster}
@@ -761,6 +814,31 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 		}
 		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: desc, Duration: time.Since(started)})
 		return clusterPlan{sec: sec, status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StateFailure, desc, "") }}
+	}
+	if slices.Contains(trees.removed, cluster) {
+		msg := fmt.Sprintf("this pull request deletes the cluster directory %s. Merging it destroys nothing: the machines and the cluster keep running, no longer managed by the agent. "+
+			"To destroy the cluster, first merge a pull request that adds a %s file to the directory whose first line is the cluster's name, and review its destroy plan.", cluster, DestroyMarker)
+		sec.Result, sec.Summary, sec.Body = "removed", "directory deleted: the cluster keeps running", msg+"\n"
+		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: "removed", Detail: "directory deleted: nothing destroyed", Duration: time.Since(started)})
+		return clusterPlan{sec: sec, status: func() {
+			a.queueStatus(ctx, p.Head, statusCtx, gh.StateSuccess, "directory deleted: the cluster keeps running, nothing is destroyed", "")
+		}}
+	}
+	if why := a.nameConflict(p.Head, base, cluster, trees.dirs, trees.baseDirs); why != "" {
+		a.log.Warn("pull request not planned: cluster name in use", "pr", p.Number, "cluster", cluster, "commit", p.Head, "reason", why)
+		return fail(metrics.ResultRefused, "not planned: "+why, "not planned: "+why)
+	}
+	destroy := a.hasDestroyMarker(p.Head, cluster)
+	if destroy {
+		why, err := a.destroyRefusal(ctx, cluster, trees.baseDirs)
+		if err != nil {
+			msg := a.redact.String(err.Error())
+			return fail(metrics.ResultFailure, msg, msg)
+		}
+		if why != "" {
+			a.log.Warn("destroy not planned", "pr", p.Number, "cluster", cluster, "commit", p.Head, "reason", why)
+			return fail(metrics.ResultRefused, "destroy refused: "+why, "destroy refused: "+why)
+		}
 	}
 	why, err := a.endpointPolicy(p.Head, base, cluster)
 	if err != nil {
@@ -813,6 +891,12 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, base, cluster string, 
 	sec.Summary += pl.Summary()
 	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, pl.Summary()
 	sec.Result = "planned"
+	if destroy {
+		// A destroy is always reviewed: a merge destroys only what this
+		// plan shows (see review.approve).
+		sec.Result, desc = "destroy", "destroy: "+pl.Summary()
+		sec.Summary = "**destroy:** merging deletes every machine and resource below, and the cluster's identity. " + sec.Summary
+	}
 	if len(pl.Refusals) > 0 {
 		result, state = metrics.ResultRefused, gh.StateFailure
 		desc = "refused: " + pl.Refusals[0].Reason
@@ -1120,6 +1204,31 @@ func shorts(shas []string) []string {
 	out := make([]string, len(shas))
 	for i, s := range shas {
 		out[i] = "`" + short(s) + "`"
+	}
+	return out
+}
+
+// prTrees are the cluster directories a pull request is planned against.
+type prTrees struct {
+	// base is the default branch's head; baseDirs its cluster directories.
+	base     string
+	baseDirs []string
+	// dirs are the cluster directories at the pull request's head.
+	dirs []string
+	// removed are the cluster directories the pull request deletes.
+	removed []string
+}
+
+// removedBy returns the cluster directories of before that a change
+// deletes: gone after, and their cluster.yaml among the changed paths (a
+// directory added on the default branch since the pull request's base is
+// not one).
+func removedBy(before, after, changed []string) []string {
+	var out []string
+	for _, d := range Removed(before, after) {
+		if slices.Contains(changed, path.Join(d, spec.ClusterFile)) {
+			out = append(out, d)
+		}
 	}
 	return out
 }

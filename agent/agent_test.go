@@ -314,6 +314,11 @@ func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, log f
 
 func (r *fakeRunner) Endpoints(string, fs.FS) (agent.Endpoints, error) { return agent.Endpoints{}, nil }
 
+// Describe names each cluster after its directory, so none share a name.
+func (r *fakeRunner) Describe(cluster string, _ fs.FS) (agent.ClusterInfo, error) {
+	return agent.ClusterInfo{Name: cluster, Files: []string{"cluster.yaml"}}, nil
+}
+
 func (r *fakeRunner) Check(context.Context, string, fs.FS) (*agent.CheckResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

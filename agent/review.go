@@ -145,6 +145,10 @@ type review struct {
 	resumed bool
 	// refused says why approve refused the plan; "" when it did not.
 	refused string
+	// destroy is set when the run destroys the cluster (the destroy
+	// marker): its plan must be the one shown on the merged pull request,
+	// whatever require_reviewed_plan says.
+	destroy bool
 }
 
 // newReview finds the merged pull request of every commit j covers.
@@ -167,7 +171,7 @@ func (a *Agent) newReview(ctx context.Context, j Job, attempt int) *review {
 func (r *review) approve(pl *plan.Plan) error {
 	a := r.a
 	r.ran = pl
-	if r.job.Kind == KindDrift {
+	if r.job.Kind == KindDrift && !r.destroy {
 		return nil // self-heal: converging drift is what self_heal asks for
 	}
 	if prev, ok := a.approvedOf(r.job.Cluster, r.job.Commit); r.attempt > 1 && ok && onlyGone(plan.Differences(prev.plan, pl)) {
@@ -183,7 +187,11 @@ func (r *review) approve(pl *plan.Plan) error {
 		shown = r.shown.plan
 	}
 	r.diffs = plan.Differences(shown, pl)
-	if len(r.diffs) == 0 || pl.Empty() || !a.cfg.RequireReviewedPlan {
+	mustReview := a.cfg.RequireReviewedPlan || r.destroy
+	if r.destroy && !r.hasShown {
+		r.diffs = append(r.diffs, "no destroy plan was shown")
+	}
+	if len(r.diffs) == 0 || (pl.Empty() && !r.destroy) || !mustReview {
 		a.setApproved(r.job.Cluster, r.job.Commit, approvedPlan{plan: pl, shown: r.shown, hasShown: r.hasShown, diffs: r.diffs})
 		return nil
 	}
@@ -269,8 +277,13 @@ func (r *review) section(i, pr int, fullURL string) string {
 		ran = "The plan that would have run"
 	}
 	if r.refused != "" && i == 0 {
-		b.WriteString("**Refused:** `require_reviewed_plan` is set and " + r.refused + ". Nothing was changed. " +
-			"To converge, open a pull request that changes the cluster's directory, let the agent show its plan, and merge it.\n\n")
+		if r.destroy {
+			b.WriteString("**Refused:** a destroy runs only the destroy plan shown on its pull request, and " + r.refused + ". Nothing was destroyed. " +
+				"To destroy, open a pull request that adds the marker, let the agent show its destroy plan, and merge it.\n\n")
+		} else {
+			b.WriteString("**Refused:** `require_reviewed_plan` is set and " + r.refused + ". Nothing was changed. " +
+				"To converge, open a pull request that changes the cluster's directory, let the agent show its plan, and merge it.\n\n")
+		}
 	}
 	switch {
 	case len(diffs) == 0 && ok:

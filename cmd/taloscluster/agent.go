@@ -33,6 +33,7 @@ import (
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/reconcile/state"
 	"github.com/taloscluster/taloscluster/report"
@@ -360,6 +361,9 @@ func (r *agentRunner) Plan(ctx context.Context, cluster string, files fs.FS) (*p
 	if err != nil {
 		return nil, err
 	}
+	if err := r.nameOwner(ctx, e.Cluster.Name, cluster); err != nil {
+		return nil, err
+	}
 	if destroy, err := destroyRequested(files, e.Cluster.Name); err != nil {
 		return nil, err
 	} else if destroy {
@@ -394,12 +398,83 @@ func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, file
 	if j, ok := r.store.(reconcile.Journal); ok {
 		e.Journal, e.Commit = j, commit
 	}
-	if destroy, err := destroyRequested(files, e.Cluster.Name); err != nil {
+	destroy, err := destroyRequested(files, e.Cluster.Name)
+	if err != nil {
 		return err
-	} else if destroy {
-		return e.Destroy(ctx)
 	}
-	return e.Converge(ctx)
+	release, err := r.claimName(ctx, e.Cluster.Name, cluster)
+	if err != nil {
+		return err
+	}
+	if destroy {
+		err = e.Destroy(ctx)
+	} else {
+		err = e.Converge(ctx)
+	}
+	release(destroy && err == nil)
+	return err
+}
+
+// nameKey is the state key under which the directory that owns a cluster
+// name is recorded: the name's claim, create-only like the identity, so
+// two directories can never converge (or mint an identity for) one
+// cluster. The state keeps each directory's own files by its path.
+func nameKey(name string) string { return "_cluster-names/" + name }
+
+const nameOwnerFile = "directory"
+
+// nameOwner refuses a cluster name another directory owns; it changes
+// nothing.
+func (r *agentRunner) nameOwner(ctx context.Context, name, cluster string) error {
+	owner, err := r.store.Get(ctx, nameKey(name), nameOwnerFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading which directory owns cluster name %q: %w", name, err)
+	case string(owner) != cluster:
+		return retry.Terminal(fmt.Errorf("cluster name %q belongs to the directory %s, which converged it; %s uses the same name and is not converged: give it another name", name, owner, cluster))
+	}
+	return nil
+}
+
+// claimName records that cluster (a directory) owns its cluster name, or
+// refuses when another directory does. release is called once the run is
+// over: a destroyed cluster frees its name, and so does a run that claimed
+// the name but left the directory without an identity (it failed before
+// minting one), so a directory that never built anything holds no name.
+func (r *agentRunner) claimName(ctx context.Context, name, cluster string) (release func(destroyed bool), err error) {
+	if err := r.nameOwner(ctx, name, cluster); err != nil {
+		return nil, err
+	}
+	err = r.store.Create(ctx, nameKey(name), nameOwnerFile, []byte(cluster))
+	claimed := err == nil
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("recording that %s owns cluster name %q: %w", cluster, name, err)
+	}
+	if !claimed {
+		// Claimed meanwhile, or by this directory before: ask again.
+		if err := r.nameOwner(ctx, name, cluster); err != nil {
+			return nil, err
+		}
+	}
+	return func(destroyed bool) {
+		_, idErr := r.store.Get(ctx, cluster, state.IdentityFile)
+		if destroyed || (claimed && errors.Is(idErr, fs.ErrNotExist)) {
+			if err := r.store.Delete(context.WithoutCancel(ctx), nameKey(name), nameOwnerFile); err != nil {
+				r.log.Warn("releasing a cluster name", "name", name, "cluster", cluster, "error", err)
+			}
+		}
+	}, nil
+}
+
+// Describe reads a cluster's name and the files it read.
+func (r *agentRunner) Describe(cluster string, files fs.FS) (agent.ClusterInfo, error) {
+	name, read, err := spec.Identify(files, cluster)
+	if err != nil {
+		return agent.ClusterInfo{}, err
+	}
+	return agent.ClusterInfo{Name: name, Files: read}, nil
 }
 
 // Check checks a cluster as taloscluster check does: the pins against the

@@ -36,6 +36,11 @@ func (emptyRunner) Converge(context.Context, string, string, fs.FS, func(string)
 	return nil
 }
 func (emptyRunner) Endpoints(string, fs.FS) (agent.Endpoints, error) { return agent.Endpoints{}, nil }
+
+// Describe names each cluster after its directory, so none share a name.
+func (emptyRunner) Describe(cluster string, _ fs.FS) (agent.ClusterInfo, error) {
+	return agent.ClusterInfo{Name: cluster, Files: []string{"cluster.yaml"}}, nil
+}
 func (emptyRunner) Check(context.Context, string, fs.FS) (*agent.CheckResult, error) {
 	return &agent.CheckResult{Report: &check.Report{}}, nil
 }

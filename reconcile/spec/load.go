@@ -431,3 +431,21 @@ func (l *loader) moved(tree *node) {
 		parent.remove(last)
 	}
 }
+
+// Identify reads only what routes a cluster directory: the cluster's name
+// (cluster.yaml's name after includes are merged, "" when it has none or
+// it is not a string) and the files loading read, tolerating missing
+// includes and validating nothing else, so that a directory whose
+// secrets are absent is still known by its name. It fails when
+// cluster.yaml itself cannot be read or parsed.
+func Identify(fsys fs.FS, dir string) (name string, files []string, err error) {
+	l := &loader{fsys: fsys, dir: dir, opts: Options{TolerateMissingIncludes: true}}
+	tree := l.read()
+	if tree == nil {
+		return "", l.files, l.fail()
+	}
+	if n := tree.get("name"); n != nil && n.kind == kindString {
+		name = n.str
+	}
+	return name, l.files, nil
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+)
+
+// A cluster name belongs to one directory. A pull request that adds a
+// directory holding a copy of another cluster's cluster.yaml (with a
+// destroy marker, even) is refused in its plan naming both paths; merged
+// anyway, the copy is never converged and destroys nothing, and the real
+// cluster keeps converging.
+func TestAgentNeverLetsTwoDirectoriesShareACluster(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.204.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	vms := len(w.lab.PVE.VMs())
+
+	copyFiles := map[string]string{
+		"clusters/copy/cluster.yaml": w.cluster,
+		"clusters/copy/ca.pem":       string(w.lab.CA.PEM()),
+		"clusters/copy/DESTROY":      "demo\n",
+	}
+	head, err := w.repo.Commit("copy", copyFiles, "a copy of demo, with a destroy marker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := w.repo.OpenPR("alice", "copy", "main", "Copy demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const plan = "taloscluster/plan: clusters/copy"
+	w.pollUntil(t, "the copy's plan status", func() bool {
+		st := w.status(head, plan)
+		return st != "" && st != "pending"
+	})
+	w.agent.Wait()
+	desc := w.description(head, plan)
+	if w.status(head, plan) != "failure" || !strings.Contains(desc, `cluster name "demo"`) || !strings.Contains(desc, "clusters/demo") {
+		t.Fatalf("the copy's plan status is %s %q, want a refusal naming the name and clusters/demo", w.status(head, plan), desc)
+	}
+	var body string
+	for _, c := range w.repo.Comments(pr.Number) {
+		body += c.Body
+	}
+	if !strings.Contains(body, "clusters/copy") || !strings.Contains(body, "clusters/demo (on the default branch)") {
+		t.Fatalf("the plan comment does not name both directories:\n%s", body)
+	}
+
+	// Merged anyway (an admin overriding the failed status): the copy is
+	// refused, nothing is destroyed or created, and the copy's state has no
+	// identity of its own.
+	merge, err := w.repo.Merge(pr.Number, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const converge = "taloscluster/converge: clusters/copy"
+	w.pollUntil(t, "the copy's converge status", func() bool { return w.final(merge, converge) })
+	w.agent.Wait()
+	if st, d := w.status(merge, converge), w.description(merge, converge); st != "failure" || !strings.Contains(d, "refused") {
+		t.Fatalf("the copy's converge ended %s %q, want a refusal", st, d)
+	}
+	if n := len(w.lab.PVE.VMs()); n != vms {
+		t.Fatalf("%d VMs after the copy was merged, want %d", n, vms)
+	}
+	store, err := agentStore(w.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Get(context.Background(), "clusters/copy", "talossecrets.yaml"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the copy has an identity of its own (err %v)", err)
+	}
+
+	// The real cluster still converges.
+	grown := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
+	next, err := w.repo.Commit("main", map[string]string{"clusters/demo/cluster.yaml": grown}, "grow demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "demo's converge", func() bool { return w.final(next, "taloscluster/converge: clusters/demo") })
+	if st := w.status(next, "taloscluster/converge: clusters/demo"); st != "success" {
+		t.Fatalf("demo's converge after the copy: %s %q", st, w.description(next, "taloscluster/converge: clusters/demo"))
+	}
+	for _, s := range w.secrets {
+		if strings.Contains(body+w.logs.String(), s) {
+			t.Fatal("a secret leaked")
+		}
+	}
+}
+
+// Two new directories of one pull request that share a cluster name are
+// both refused, each naming the other.
+func TestAgentRefusesTwoNewDirectoriesWithOneName(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.205.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	twin := strings.Replace(w.cluster, "name: demo\n", "name: twin\n", 1)
+	if twin == w.cluster {
+		t.Fatalf("the lab's cluster.yaml has no name: demo line:\n%s", w.cluster)
+	}
+	head, err := w.repo.Commit("twins", map[string]string{
+		"clusters/a/cluster.yaml": twin, "clusters/a/ca.pem": string(w.lab.CA.PEM()),
+		"clusters/b/cluster.yaml": twin, "clusters/b/ca.pem": string(w.lab.CA.PEM()),
+	}, "two directories, one cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.repo.OpenPR("alice", "twins", "main", "Twins"); err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the plan statuses", func() bool {
+		for _, d := range []string{"a", "b"} {
+			if st := w.status(head, "taloscluster/plan: clusters/"+d); st == "" || st == "pending" {
+				return false
+			}
+		}
+		return true
+	})
+	for d, other := range map[string]string{"a": "b", "b": "a"} {
+		ctx := "taloscluster/plan: clusters/" + d
+		if st, desc := w.status(head, ctx), w.description(head, ctx); st != "failure" || !strings.Contains(desc, "clusters/"+other+" (in this pull request)") {
+			t.Errorf("clusters/%s: plan status %s %q, want a refusal naming clusters/%s", d, st, desc, other)
+		}
+	}
+}
