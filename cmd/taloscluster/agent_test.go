@@ -593,8 +593,17 @@ func TestAgentDestroysOnlyWithTheMarker(t *testing.T) {
 	w.pollUntil(t, "the destroy plan", func() bool {
 		return w.status(head, "taloscluster/plan: clusters/demo") == "success"
 	})
-	if cs := w.repo.Comments(pr.Number); len(cs) != 1 || !strings.Contains(cs[0].Body, "demo-controlplane-01") || !strings.Contains(cs[0].Body, "delete") {
+	if d := w.description(head, "taloscluster/plan: clusters/demo"); !strings.HasPrefix(d, "destroy: ") {
+		t.Errorf("destroy plan status %q, want it to say destroy", d)
+	}
+	cs := w.repo.Comments(pr.Number)
+	if len(cs) != 1 || !strings.Contains(cs[0].Body, "delete") || !strings.Contains(cs[0].Body, "**destroy:**") {
 		t.Fatalf("destroy plan comment: %+v", cs)
+	}
+	for _, vm := range w.lab.PVE.VMs() {
+		if !strings.Contains(cs[0].Body, vm.Name) {
+			t.Errorf("the destroy plan does not list the VM %s:\n%s", vm.Name, cs[0].Body)
+		}
 	}
 	if n := len(w.lab.PVE.VMs()); n != 4 {
 		t.Fatal("a plan destroyed something")
@@ -604,9 +613,40 @@ func TestAgentDestroysOnlyWithTheMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.pollUntil(t, "the destroy", func() bool {
-		return w.status(merge, "taloscluster/converge: clusters/demo") == "success"
+		return w.final(merge, "taloscluster/converge: clusters/demo")
 	})
+	if st, d := w.status(merge, "taloscluster/converge: clusters/demo"), w.description(merge, "taloscluster/converge: clusters/demo"); st != "success" || d != "destroyed" {
+		t.Fatalf("destroy converge status %s %q, want success \"destroyed\"", st, d)
+	}
 	if n := len(w.lab.PVE.VMs()); n != 0 {
 		t.Fatalf("%d VMs after the destroy, want 0", n)
+	}
+	w.agent.Wait()
+	if cs := w.repo.Comments(pr.Number); len(cs) != 2 || !strings.Contains(cs[1].Body, "**taloscluster destroy** of `clusters/demo`") || !strings.Contains(cs[1].Body, "**destroyed**") {
+		t.Fatalf("the merge's comment does not say destroyed: %+v", cs)
+	}
+}
+
+// A destroy marker pushed to the default branch without a pull request
+// destroys nothing, whatever require_reviewed_plan says: no destroy plan
+// was shown.
+func TestAgentDestroysOnlyAShownPlan(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.206.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	push, err := w.repo.Commit("main", map[string]string{"clusters/demo/DESTROY": "demo\n"}, "destroy demo unreviewed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ctx = "taloscluster/converge: clusters/demo"
+	w.pollUntil(t, "the refused destroy", func() bool { return w.final(push, ctx) })
+	if st, d := w.status(push, ctx), w.description(push, ctx); st != "failure" || !strings.Contains(d, "refused") {
+		t.Fatalf("an unreviewed destroy ended %s %q, want a refusal", st, d)
+	}
+	if n := len(w.lab.PVE.VMs()); n != 4 {
+		t.Fatalf("%d VMs after an unreviewed destroy, want 4", n)
 	}
 }
