@@ -132,3 +132,46 @@ func TestAgentRefusesTwoNewDirectoriesWithOneName(t *testing.T) {
 		}
 	}
 }
+
+// A change to a file a cluster reads plans that cluster wherever the file
+// lives: demo includes a file that sits inside a nested cluster's
+// directory, and a pull request changing only that file is planned for
+// both clusters, not only for the nested one.
+func TestAgentPlansEveryClusterThatReadsAChangedFile(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.207.0.0/24")
+	withInclude := strings.Replace(w.cluster, "include: [secrets.yaml]\n", "include: [secrets.yaml, team/shared.yaml]\n", 1)
+	if withInclude == w.cluster {
+		t.Fatalf("the lab's cluster.yaml has no include line:\n%s", w.cluster)
+	}
+	nested := strings.Replace(w.cluster, "name: demo\n", "name: team\n", 1)
+	base, err := w.repo.Commit("main", map[string]string{
+		"clusters/demo/cluster.yaml":      withInclude,
+		"clusters/demo/team/shared.yaml":  "# settings both clusters share\n{}\n",
+		"clusters/demo/team/cluster.yaml": nested,
+		"clusters/demo/team/ca.pem":       string(w.lab.CA.PEM()),
+	}, "demo reads a file in the team cluster's directory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.final(base, "taloscluster/converge: clusters/demo")
+	})
+	w.agent.Wait()
+	head, err := w.repo.Commit("shared", map[string]string{
+		"clusters/demo/team/shared.yaml": "# settings both clusters share, touched\n{}\n",
+	}, "change the shared file only")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.repo.OpenPR("alice", "shared", "main", "Shared"); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"clusters/demo", "clusters/demo/team"} {
+		ctx := "taloscluster/plan: " + c
+		w.pollUntil(t, "the plan of "+c, func() bool {
+			st := w.status(head, ctx)
+			return st != "" && st != "pending"
+		})
+	}
+}
