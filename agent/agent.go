@@ -769,7 +769,7 @@ func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx conte
 		for i, r := range results {
 			sections[i] = r.sec
 		}
-		header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
+		header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", report.MarkdownText(p.Title, maxTitle), short(p.Head))
 		// The statuses are queued after the comment, on the same commit, so
 		// a final status is never posted before the plan it describes.
 		a.reports.Add(ctx, outbox.Report{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
@@ -1053,6 +1053,10 @@ func (a *Agent) record(cluster string, f func(*httpapi.ClusterStatus)) {
 
 // maxPlans bounds the plans kept for the status page.
 const maxPlans = 200
+
+// maxTitle bounds the bytes of a pull request's title shown in its plan
+// comment.
+const maxTitle = 200
 
 func (a *Agent) storePlan(cluster, commit, kind, markdown string) string {
 	id := fmt.Sprintf("%s-%s-%s", kind, short(commit), strings.NewReplacer("/", "_", " ", "_").Replace(cluster))

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 )
@@ -156,4 +157,24 @@ func mdEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// wordJoiner is an invisible character that ends a mention: "@\u2060name"
+// shows as @name but notifies nobody.
+const wordJoiner = "\u2060"
+
+// MarkdownText makes text that someone else wrote (a pull request's title)
+// safe to place inline in a comment: one line of at most max bytes (cut on
+// a rune boundary, "..." added), every Markdown and HTML character
+// escaped, and no @mention that notifies anyone.
+func MarkdownText(s string, max int) string {
+	s = strings.TrimSpace(clean(s))
+	if len(s) > max {
+		n := max
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "..."
+	}
+	return strings.ReplaceAll(mdEscape(s), "@", "@"+wordJoiner)
 }
