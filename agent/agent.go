@@ -341,11 +341,11 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 	if a.fleet != nil {
 		a.fleet.SetClusters(dirs)
 	}
-	var affected []string
+	var affected, changed []string
 	if prev == "" {
 		affected = slices.Clone(dirs)
 	} else {
-		changed, err := a.repo.ChangedPaths(ctx, prev, head)
+		changed, err = a.repo.ChangedPaths(ctx, prev, head)
 		if err != nil {
 			return err
 		}
@@ -390,6 +390,12 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 	}
 	for _, d := range affected {
 		a.queueConverge(ctx, d, head, mergedPR, lookupLimited)
+	}
+	for _, d := range a.linkedClusters(head, changed) {
+		if a.owns(d) {
+			a.log.Warn("cluster directory skipped: cluster.yaml is a symbolic link", "cluster", d, "commit", head)
+			a.setStatus(ctx, head, gh.StatusContext("converge", d), gh.StateFailure, linkedSkipped, "")
+		}
 	}
 	return nil
 }
@@ -674,7 +680,8 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	// nothing is destroyed.
 	affected = append(affected, trees.removed...)
 	slices.Sort(affected)
-	if len(affected) == 0 {
+	linked := a.linkedClusters(p.Head, changed)
+	if len(affected) == 0 && len(linked) == 0 {
 		a.mu.Lock()
 		a.planned[p.Number] = p.Head
 		a.mu.Unlock()
@@ -683,7 +690,7 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	// One replica plans a pull request and reports on it: the owner of
 	// the first cluster it changes. (Plans change nothing, so it may plan
 	// clusters other replicas own.)
-	if !a.owns(slices.Min(affected)) {
+	if !a.owns(slices.Min(append(slices.Clone(affected), linked...))) {
 		return
 	}
 	why, err := a.untrustedBecause(ctx, p)
@@ -705,6 +712,13 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	a.mu.Lock()
 	a.planned[p.Number] = p.Head
 	a.mu.Unlock()
+	for _, d := range linked {
+		a.log.Warn("cluster directory skipped: cluster.yaml is a symbolic link", "pr", p.Number, "cluster", d, "commit", p.Head)
+		a.setStatus(ctx, p.Head, gh.StatusContext("plan", d), gh.StateFailure, linkedSkipped, "")
+	}
+	if len(affected) == 0 {
+		return
+	}
 	for _, c := range affected {
 		a.setStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
 	}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
 // ClusterInfo is what the agent needs of a cluster directory to route
@@ -177,4 +179,43 @@ func (a *Agent) affectedBy(from, to string, dirs, fromDirs, changed []string) []
 // inside reports whether repository path p is inside directory d.
 func inside(p, d string) bool {
 	return d == "." || strings.HasPrefix(p, d+"/")
+}
+
+// linkedSkipped is the status of a directory whose cluster.yaml is a
+// symbolic link.
+const linkedSkipped = "skipped: cluster.yaml is a symbolic link; the agent reads only a regular cluster.yaml file"
+
+// linkedClusters returns the directories under the cluster roots whose
+// cluster.yaml is among the changed paths and is a symbolic link at
+// commit: the agent does not read them as clusters, and says so.
+func (a *Agent) linkedClusters(commit string, changed []string) []string {
+	tree, err := a.repo.Tree(commit)
+	if err != nil {
+		return nil
+	}
+	links, ok := tree.(fs.ReadLinkFS)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, p := range changed {
+		if path.Base(p) != spec.ClusterFile || !a.underRoots(p) {
+			continue
+		}
+		if st, err := links.Lstat(p); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+			out = append(out, path.Dir(p))
+		}
+	}
+	return out
+}
+
+// underRoots reports whether repository path p is below one of the
+// configured cluster roots.
+func (a *Agent) underRoots(p string) bool {
+	for _, r := range a.cfg.Repository.ClusterRoots {
+		if r = strings.Trim(path.Clean("/"+r), "/"); r == "" || inside(p, r) {
+			return true
+		}
+	}
+	return false
 }

@@ -175,3 +175,25 @@ func TestAgentPlansEveryClusterThatReadsAChangedFile(t *testing.T) {
 		})
 	}
 }
+
+// A cluster directory whose cluster.yaml is a symbolic link is not read,
+// and its plan status says so instead of nothing.
+func TestAgentSaysWhyASymlinkedClusterIsSkipped(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.208.0.0/24")
+	if _, err := w.repo.Commit("link", map[string]string{"clusters/linked/real.yaml": w.cluster}, "a cluster file"); err != nil {
+		t.Fatal(err)
+	}
+	head, err := w.repo.Symlink("link", "clusters/linked/cluster.yaml", "real.yaml", "cluster.yaml as a link")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.repo.OpenPR("alice", "link", "main", "Linked"); err != nil {
+		t.Fatal(err)
+	}
+	const ctx = "taloscluster/plan: clusters/linked"
+	w.pollUntil(t, "the linked directory's status", func() bool { return w.status(head, ctx) != "" })
+	if st, d := w.status(head, ctx), w.description(head, ctx); st != "failure" || !strings.Contains(d, "symbolic link") {
+		t.Fatalf("the linked directory's plan status is %s %q, want a failure naming the link", st, d)
+	}
+}

@@ -270,6 +270,24 @@ func (r *Repo) Commit(branch string, files map[string]string, message string) (s
 	})
 }
 
+// Symlink commits a symbolic link at path pointing to target on top of
+// branch, like Commit: git stores a link as a blob holding the target with
+// the tree entry mode 120000.
+func (r *Repo) Symlink(branch, path, target, message string) (string, error) {
+	return r.change(branch, message, func(tree map[string]treeEntry, st storer.EncodedObjectStorer) error {
+		c, err := cleanPath(path)
+		if err != nil {
+			return err
+		}
+		h, err := writeBlob(st, []byte(target))
+		if err != nil {
+			return err
+		}
+		tree[c] = treeEntry{hash: h, mode: filemode.Symlink}
+		return nil
+	})
+}
+
 // Remove commits the removal of files (or whole directories) from branch,
 // like Commit, and returns the new commit's hash.
 func (r *Repo) Remove(branch string, paths []string, message string) (string, error) {
