@@ -389,7 +389,7 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 		_, lookupLimited = gh.RateLimited(err)
 	}
 	for _, d := range affected {
-		a.queueConverge(ctx, d, head, mergedPR, lookupLimited)
+		a.queueConverge(ctx, d, head, nil, mergedPR, lookupLimited)
 	}
 	for _, d := range a.linkedClusters(head, changed) {
 		if a.owns(d) {
@@ -421,15 +421,50 @@ func (a *Agent) queueBehind(ctx context.Context, head string, clusters []string)
 				continue
 			}
 		}
-		a.queueConverge(ctx, d, head, 0, false)
+		a.queueConverge(ctx, d, head, a.touching(ctx, d, last, head), 0, false)
 	}
+}
+
+// maxCovers bounds the merges a resumed converge reports on.
+const maxCovers = 20
+
+// touching returns the commits of the default branch's first-parent line
+// after last up to head whose change touched cluster d, newest first, at
+// most maxCovers: the merges a converge that resumes after a restart
+// covers, so that it reports on the pull requests that changed the
+// cluster. It returns nil when last is "" or the history cannot be read.
+func (a *Agent) touching(ctx context.Context, d, last, head string) []string {
+	if last == "" {
+		return nil
+	}
+	commits, err := a.repo.Commits(ctx, last, head)
+	if err != nil {
+		a.log.Warn("listing the merges a resumed converge covers", "cluster", d, "error", err)
+		return nil
+	}
+	byHash := make(map[string]gitsync.Commit, len(commits))
+	for _, c := range commits {
+		byHash[c.SHA] = c
+	}
+	var out []string
+	for c, ok := byHash[head]; ok && c.Parent != "" && len(out) < maxCovers; c, ok = byHash[c.Parent] {
+		changed, err := a.repo.ChangedPaths(ctx, c.Parent, c.SHA)
+		if err == nil && len(a.affectedBy(c.Parent, c.SHA, []string{d}, []string{d}, changed)) > 0 {
+			out = append(out, c.SHA)
+		}
+		delete(byHash, c.SHA)
+	}
+	return out
 }
 
 // queueConverge queues the converge of cluster d to head and sets its
 // pending status; mergedPR, when known, is told that the merge waits
 // behind a running converge.
-func (a *Agent) queueConverge(ctx context.Context, d, head string, mergedPR int, lookupLimited bool) {
+func (a *Agent) queueConverge(ctx context.Context, d, head string, covers []string, mergedPR int, lookupLimited bool) {
 	a.log.Info("converge queued", "cluster", d, "commit", head)
+	if len(covers) == 0 {
+		covers = []string{head}
+	}
 	desc := "queued"
 	if running := a.runningCommit(d); running != "" {
 		desc = "queued behind the converge of " + short(running)
@@ -437,8 +472,11 @@ func (a *Agent) queueConverge(ctx context.Context, d, head string, mergedPR int,
 			a.comment(ctx, mergedPR, head, fmt.Sprintf("**taloscluster:** `%s` is being converged to `%s` right now; this merge is queued behind that run and will be converged next (together with any later merge).", d, short(running)))
 		}
 	}
-	a.setStatus(ctx, head, gh.StatusContext("converge", d), gh.StatePending, desc, a.link(""))
-	a.sched.Mutate(Job{Kind: KindConverge, Cluster: d, Commit: head})
+	for _, c := range covers {
+		a.queueStatus(ctx, c, gh.StatusContext("converge", d), gh.StatePending, desc, a.link(""))
+	}
+	a.deliver(ctx)
+	a.sched.Mutate(Job{Kind: KindConverge, Cluster: d, Commit: head, Covers: covers})
 }
 
 // jobFor reports whether a converge of cluster to commit runs or waits.
@@ -659,21 +697,30 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	if done || p.Head == "" {
 		return
 	}
+	// Each poll tries a pull request that could not be read again; the
+	// same error is logged once a minute.
+	topic := fmt.Sprint("pull request ", p.Number)
+	fail := func(msg string, err error) {
+		if cause := a.redact.String(err.Error()); a.quiet.allow(topic, cause) {
+			a.log.Error(msg, "pr", p.Number, "commit", p.Head, "error", cause)
+		}
+	}
 	changed, err := a.repo.PRChanges(ctx, base, p.Head)
 	if err != nil {
-		a.log.Error("reading the changes of a pull request", "pr", p.Number, "error", err)
+		fail("reading the changes of a pull request", err)
 		return
 	}
 	dirs, err := a.repo.ClusterDirs(p.Head, a.cfg.Repository.ClusterRoots)
 	if err != nil {
-		a.log.Error("listing clusters", "pr", p.Number, "error", err)
+		fail("listing clusters", err)
 		return
 	}
 	baseDirs, err := a.repo.ClusterDirs(base, a.cfg.Repository.ClusterRoots)
 	if err != nil {
-		a.log.Error("listing clusters", "pr", p.Number, "commit", base, "error", err)
+		fail("listing clusters of the default branch", err)
 		return
 	}
+	a.quiet.forget(topic)
 	trees := prTrees{base: base, dirs: dirs, baseDirs: baseDirs, removed: removedBy(baseDirs, dirs, changed)}
 	affected := a.affectedBy(base, p.Head, dirs, baseDirs, changed)
 	// A cluster directory the pull request deletes is reported on too:

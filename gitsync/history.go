@@ -31,6 +31,8 @@ type Commit struct {
 	AuthorEmail string
 	// When is the author time.
 	When time.Time
+	// Parent is the first parent's hash, "" for a root commit.
+	Parent string
 }
 
 // ChangedPaths lists the paths of files (regular files, executables and
@@ -192,7 +194,12 @@ func (r *Repo) Commits(ctx context.Context, from, to string) ([]Commit, error) {
 			continue
 		}
 		subject, _, _ := strings.Cut(strings.TrimSpace(c.Message), "\n")
+		var parent string
+		if len(c.ParentHashes) > 0 {
+			parent = c.ParentHashes[0].String()
+		}
 		out = append(out, Commit{
+			Parent:      parent,
 			SHA:         c.Hash.String(),
 			Subject:     strings.TrimSpace(subject),
 			Author:      c.Author.Name,

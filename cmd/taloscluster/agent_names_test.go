@@ -197,3 +197,44 @@ func TestAgentSaysWhyASymlinkedClusterIsSkipped(t *testing.T) {
 		t.Fatalf("the linked directory's plan status is %s %q, want a failure naming the link", st, d)
 	}
 }
+
+// A converge that resumes after a restart reports on the pull request
+// whose merge changed the cluster, even when a later commit that did not
+// touch it is the head it converges.
+func TestAgentResumedConvergeReportsOnTheMergeThatChangedTheCluster(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.209.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	w.agent.Wait()
+	w.agent.Close()
+
+	// While the agent is down: a merge that grows demo, then a commit
+	// that touches only the README.
+	grown := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
+	merge, pr := w.merge(t, "grow", map[string]string{"clusters/demo/cluster.yaml": grown})
+	if _, err := w.repo.Commit("main", map[string]string{"README.md": "clusters, documented\n"}, "docs"); err != nil {
+		t.Fatal(err)
+	}
+	a, handler, err := buildAgent(t.Context(), w.cfg, w.logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	w.agent, w.http = a, handler
+	const ctx = "taloscluster/converge: clusters/demo"
+	w.pollUntil(t, "the resumed converge", func() bool { return w.final(merge, ctx) })
+	w.agent.Wait()
+	if st := w.status(merge, ctx); st != "success" {
+		t.Fatalf("the merge's converge status is %s %q", st, w.description(merge, ctx))
+	}
+	var found bool
+	for _, c := range w.repo.Comments(pr) {
+		found = found || strings.Contains(c.Body, "**taloscluster converge** of `clusters/demo`")
+	}
+	if !found {
+		t.Fatalf("no converge comment on #%d, the pull request that grew demo: %+v", pr, w.repo.Comments(pr))
+	}
+}
