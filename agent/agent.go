@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/taloscluster/taloscluster/agent/httpapi"
@@ -527,7 +528,10 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 		a.metrics.RunStarted(metrics.KindConverge, j.Cluster)
 	}
 	running := "converging"
-	if attempt > 1 {
+	switch {
+	case attempt > a.retry.Attempts:
+		running = fmt.Sprintf("converging, attempt %d", attempt) // after a full disk
+	case attempt > 1:
 		running = fmt.Sprintf("converging, attempt %d of %d", attempt, a.retry.Attempts)
 	}
 	a.setStatus(ctx, j.Commit, statusCtx, gh.StatePending, running, a.link(""))
@@ -577,6 +581,12 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 		switch {
 		case ctx.Err() != nil:
 			result = metrics.ResultCancelled
+		case diskFull(err):
+			// Not the cluster's fault and not a try of its own: the run
+			// is tried again, however often, until the disk has room.
+			again = a.retry.Backoff(attempt)
+			result, state = metrics.ResultRetried, gh.StatePending
+			desc = "no space left on the agent's disk; retrying in " + humanDuration(again) + " once there is room"
 		case transient && attempt < a.retry.Attempts:
 			again = a.retry.Backoff(attempt)
 			if l, ok := gh.RateLimited(err); ok {
@@ -1296,4 +1306,10 @@ func removedBy(before, after, changed []string) []string {
 		}
 	}
 	return out
+}
+
+// diskFull reports whether err comes from a disk with no space or quota
+// left (the state backend's, the journal's, the outbox's).
+func diskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }

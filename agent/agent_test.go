@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -974,5 +975,33 @@ func TestReviewedPlanIsKeptAcrossRestarts(t *testing.T) {
 	if s := w.last("m2", convergeContext); s.state != gh.StateFailure ||
 		s.description != "refused: no reviewed plan: none was shown on #2 (none is kept in the cluster's state)" {
 		t.Fatalf("converge status %+v; want the refusal", s)
+	}
+}
+
+// A converge that failed because the agent's disk was full is tried again,
+// beyond the attempts a transient failure gets, until there is room.
+func TestDiskFullConvergeIsRetriedUntilThereIsRoom(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.agent.SetRetryPolicy(retry.Policy{Initial: time.Millisecond, Max: 2 * time.Millisecond, Attempts: agent.RetryAttempts})
+	full := fmt.Errorf("writing the journal: %w", &fs.PathError{Op: "write", Path: "/data/state/journal.json", Err: syscall.ENOSPC})
+	w.runner.set(func(r *fakeRunner) {
+		for range agent.RetryAttempts + 2 {
+			r.failures = append(r.failures, failure{0, full})
+		}
+	})
+	w.merge(1, "m1", "w1")
+	if want := agent.RetryAttempts + 3; w.runner.converges != want {
+		t.Fatalf("%d converges, want %d", w.runner.converges, want)
+	}
+	if s := w.last("m1", convergeContext); s.state != gh.StateSuccess {
+		t.Fatalf("final status %+v, want success once the disk had room", s)
+	}
+	var waited bool
+	for _, s := range w.forge.statusesOf("m1", convergeContext) {
+		waited = waited || strings.Contains(s.description, "no space left on the agent's disk")
+	}
+	if !waited {
+		t.Error("no status said the disk was full")
 	}
 }
