@@ -62,6 +62,10 @@ type NodeFacts struct {
 	// (maintenance mode): it answered only without the cluster's
 	// credentials.
 	Maintenance bool
+	// ForeignIdentity is set when the node's Talos API serves a
+	// certificate that the cluster identity's CA did not sign: the node
+	// was built with another talossecrets.yaml.
+	ForeignIdentity bool
 	// Installer is the installer image of the running config (its
 	// schematic and version), empty when unknown.
 	Installer string
@@ -227,7 +231,7 @@ func (e *Engine) observeNodes(ctx context.Context, obs *Observation, bundle *sec
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		wg.Go(func() {
-			f := nodeFacts(ctx, tc, t.addr, t.cp)
+			f := nodeFacts(ctx, tc, bundle, t.addr, t.cp)
 			mu.Lock()
 			obs.Nodes[t.host] = f
 			mu.Unlock()
@@ -237,7 +241,7 @@ func (e *Engine) observeNodes(ctx context.Context, obs *Observation, bundle *sec
 	return tc, nil
 }
 
-func nodeFacts(ctx context.Context, tc *talos.Client, addr string, cp bool) NodeFacts {
+func nodeFacts(ctx context.Context, tc *talos.Client, bundle *secrets.Bundle, addr string, cp bool) NodeFacts {
 	ctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
 	defer cancel()
 	f := NodeFacts{Address: addr}
@@ -248,6 +252,10 @@ func nodeFacts(ctx context.Context, tc *talos.Client, addr string, cp bool) Node
 			return f
 		}
 		f.Unknown = err.Error()
+		if ours, perr := talos.ServedByIdentity(ctx, addr, bundle); perr == nil && !ours {
+			f.ForeignIdentity = true
+			f.Unknown = "its Talos API certificate is not signed by this cluster's identity"
+		}
 		return f
 	}
 	f.Version = v

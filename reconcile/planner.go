@@ -242,6 +242,16 @@ func refuseIdentity(p *plan.Plan, want *Desired, obs *Observation) {
 	if ms := obs.Inventory.Machines(); !obs.State.Secrets && len(ms) > 0 {
 		p.Refuse(res, fmt.Sprintf("%s is missing but %d of the cluster's machines exist (e.g. %s): restore talossecrets.yaml from backup; a new identity would not match the running cluster", TalosSecretsFile, len(ms), ms[0].Hostname))
 	}
+	var foreign []string
+	for _, m := range obs.Inventory.Machines() {
+		if n, ok := obs.Nodes[m.Hostname]; ok && n.ForeignIdentity {
+			foreign = append(foreign, fmt.Sprintf("%s (%s)", m.Hostname, n.Address))
+		}
+	}
+	if len(foreign) > 0 {
+		p.Refuse(res, fmt.Sprintf("the running machines were built with another cluster identity: the Talos API of %s serves a certificate that %s here did not sign. Another directory or state copy minted a second identity for this cluster; restore the %s the machines were built with. Nothing is changed",
+			strings.Join(foreign, ", "), TalosSecretsFile, TalosSecretsFile))
+	}
 	if ctx := obs.State.TalosconfigContext; ctx != "" && ctx != want.Cluster.Name {
 		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "name"}, fmt.Sprintf("name %s -> %s: the identity in this directory belongs to cluster %s; renaming a cluster is not supported (it would build a second cluster with the same identity)", ctx, want.Cluster.Name, ctx))
 	}

@@ -7,8 +7,11 @@ package talos
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc/codes"
@@ -246,4 +250,59 @@ func ConfigContext(talosconfig []byte) (string, []string) {
 		return "", nil
 	}
 	return cfg.Context, cfg.Contexts[cfg.Context].Endpoints
+}
+
+// ServedByIdentity reports whether the certificate a node's Talos API
+// serves is signed by the cluster identity's OS CA: a node built with
+// another talossecrets.yaml serves one that is not. It only looks at the
+// certificate; whether the node then accepts the handshake does not
+// matter. An error means no certificate was seen (the node is down or
+// not a Talos API).
+func ServedByIdentity(ctx context.Context, node string, bundle *secrets.Bundle) (bool, error) {
+	if bundle == nil || bundle.Certs == nil || bundle.Certs.OS == nil {
+		return false, errors.New("the cluster identity has no OS CA")
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(bundle.Certs.OS.Crt) {
+		return false, errors.New("the cluster identity's OS CA is not a PEM certificate")
+	}
+	var seen, ours bool
+	cfg := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, //nolint:gosec // the chain is verified below, against the cluster's CA only, and nothing is sent
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			certs := make([]*x509.Certificate, 0, len(raw))
+			for _, r := range raw {
+				c, err := x509.ParseCertificate(r)
+				if err != nil {
+					return err
+				}
+				certs = append(certs, c)
+			}
+			if len(certs) == 0 {
+				return errors.New("no server certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range certs[1:] {
+				inter.AddCert(c)
+			}
+			_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			seen, ours = true, err == nil
+			return nil
+		},
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: cfg}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(node, strconv.Itoa(constants.ApidPort)))
+	if conn != nil {
+		conn.Close()
+	}
+	if !seen {
+		if err == nil {
+			err = errors.New("no certificate was served")
+		}
+		return false, fmt.Errorf("reading the Talos API certificate of %s: %w", node, err)
+	}
+	return ours, nil
 }
