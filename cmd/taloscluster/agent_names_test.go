@@ -238,3 +238,46 @@ func TestAgentResumedConvergeReportsOnTheMergeThatChangedTheCluster(t *testing.T
 		t.Fatalf("no converge comment on #%d, the pull request that grew demo: %+v", pr, w.repo.Comments(pr))
 	}
 }
+
+// A pull request that deletes a cluster directory gets a plan saying that
+// merging destroys nothing and how to destroy the cluster; merged, the
+// machines keep running.
+func TestAgentPlansADeletedDirectory(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.211.0.0/24")
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	w.agent.Wait()
+	vms := len(w.lab.PVE.VMs())
+	head, err := w.repo.Remove("unmanage", []string{"clusters/demo"}, "stop managing demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := w.repo.OpenPR("alice", "unmanage", "main", "Unmanage demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ctx = "taloscluster/plan: clusters/demo"
+	w.pollUntil(t, "the deletion's plan", func() bool { return w.final(head, ctx) })
+	if st, d := w.status(head, ctx), w.description(head, ctx); st != "success" || !strings.Contains(d, "nothing is destroyed") {
+		t.Fatalf("the deletion's plan status is %s %q", st, d)
+	}
+	w.agent.Wait()
+	var body string
+	for _, c := range w.repo.Comments(pr.Number) {
+		body += c.Body
+	}
+	if !strings.Contains(body, "Merging it destroys nothing") || !strings.Contains(body, "DESTROY") {
+		t.Fatalf("the plan comment does not say the cluster keeps running and how to destroy it:\n%s", body)
+	}
+	if _, err := w.repo.Merge(pr.Number, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the merge seen", func() bool { return strings.Contains(w.logs.String(), "cluster directory removed; not destroying") })
+	w.agent.Wait()
+	if n := len(w.lab.PVE.VMs()); n != vms {
+		t.Fatalf("%d VMs after the directory was deleted, want %d", n, vms)
+	}
+}
