@@ -29,6 +29,7 @@ import (
 	"github.com/taloscluster/taloscluster/agent/httpapi"
 	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -246,9 +247,9 @@ func githubOp(req *http.Request) metrics.GitHubOp {
 }
 
 func readSecretFile(path, key string) (string, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.Read(path, boundedfile.Small)
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", key, err)
+		return "", fmt.Errorf("%s: %w", key, err)
 	}
 	return strings.TrimSpace(string(data)), nil
 }
@@ -266,9 +267,9 @@ func addSecretsDir(r *report.Redactor, dir string) error {
 		if d.IsDir() || filepath.Base(p) != spec.SecretsFile {
 			return nil
 		}
-		data, err := os.ReadFile(p)
+		data, err := boundedfile.Read(p, boundedfile.Small)
 		if err != nil {
-			return fmt.Errorf("reading the agent's secrets: %w", err)
+			return fmt.Errorf("the agent's secrets: %w", err)
 		}
 		var v any
 		if err := yaml.Unmarshal(data, &v); err != nil {
@@ -303,9 +304,9 @@ func httpClient(caFile string) (*http.Client, error) {
 	if caFile == "" {
 		return http.DefaultClient, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	pem, err := boundedfile.Read(caFile, boundedfile.Small)
 	if err != nil {
-		return nil, fmt.Errorf("reading the CA bundle %s: %w", caFile, err)
+		return nil, fmt.Errorf("the CA bundle: %w", err)
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
