@@ -346,7 +346,9 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 		if probs := c.Credentials(); len(probs) > 0 {
 			return nil, fmt.Errorf("credentials of %s in the agent's secrets directory: %s", cluster, probs[0])
 		}
-		p, err := proxmox.New(c, files, r.log)
+		// The files are a commit's tree: a path in cluster.yaml is
+		// never a file of the agent's host.
+		p, err := proxmox.New(c, files, r.log, proxmox.NoHostFiles())
 		if err != nil {
 			return nil, err
 		}
@@ -544,19 +546,19 @@ func (r *agentRunner) Endpoints(cluster string, files fs.FS) (agent.Endpoints, e
 }
 
 // caDigest identifies the content of a tls_verify CA bundle, read the way
-// the Proxmox provider reads it: "" without a bundle, "unreadable" when it
-// cannot be read (the plan then fails on it).
+// the agent's Proxmox provider reads it, from the cluster's directory in
+// the commit's tree only: "" without a bundle, "unreadable" when it cannot
+// be read (the plan then fails on it). A path outside the directory is
+// never read (the endpoint policy refuses it).
 func caDigest(files fs.FS, caFile string) string {
 	if caFile == "" {
 		return ""
 	}
-	var data []byte
-	var err error
-	if filepath.IsAbs(caFile) {
-		data, err = os.ReadFile(caFile)
-	} else {
-		data, err = fs.ReadFile(files, filepath.ToSlash(filepath.Clean(caFile)))
+	name, err := spec.DirPath(caFile)
+	if err != nil {
+		return "outside the cluster's directory"
 	}
+	data, err := boundedfile.ReadFS(files, name, boundedfile.Small)
 	if err != nil {
 		return "unreadable"
 	}
