@@ -378,12 +378,12 @@ func (r *agentRunner) Plan(ctx context.Context, cluster string, files fs.FS) (*p
 // destroyRequested reads the destroy marker of a cluster directory: it
 // must name the cluster, so a copied directory cannot destroy another.
 func destroyRequested(files fs.FS, name string) (bool, error) {
-	data, err := fs.ReadFile(files, agent.DestroyMarker)
+	data, err := boundedfile.ReadFS(files, agent.DestroyMarker, boundedfile.Small)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading the %s marker: %w", agent.DestroyMarker, err)
+		return false, fmt.Errorf("the destroy marker: %w", err)
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
 	if strings.TrimSpace(first) != name {
