@@ -9,15 +9,15 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/taloscluster/taloscluster/reconcile/retry"
-	"io"
 	"net/url"
-	"os"
 	"path"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 )
 
 // DestroyMarker is the file that asks the agent to destroy a cluster: a
@@ -207,19 +207,15 @@ func LoadConfig(file string) (*Config, error) {
 }
 
 // readConfig reads the configuration file, at most MaxConfigSize bytes of
-// it: a larger file is refused before it is read whole.
+// it: a larger file, a named pipe or a device is refused before it is
+// read.
 func readConfig(file string) ([]byte, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, fmt.Errorf("reading the agent config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading the agent config: %w", err)
-	}
-	if len(data) > MaxConfigSize {
+	data, err := boundedfile.Read(file, MaxConfigSize)
+	if errors.Is(err, boundedfile.ErrTooLarge) {
 		return nil, fmt.Errorf("%s: the agent config is larger than %d KiB (1 MiB), the most it may be", file, MaxConfigSize>>10)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the agent config: %w", err)
 	}
 	return data, nil
 }

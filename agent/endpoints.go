@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
 // Endpoint is one URL a cluster's configuration sends a credential to or
@@ -141,7 +143,9 @@ func redactedURL(s string) string {
 // value of the same key or by an allowed_endpoints entry; unless allowTLS,
 // TLS verification must not be turned off nor the CA bundle changed (path
 // or content) relative to the default branch (a new cluster counts as
-// verifying with the system roots).
+// verifying with the system roots). A CA bundle is read from the cluster's
+// directory in the commit's tree, never from the agent's host: a path that
+// is absolute or leaves the directory is refused even with allowTLS.
 func endpointRefusal(pr Endpoints, base *Endpoints, allowed []endpoint, allowTLS bool) string {
 	for _, e := range pr.URLs {
 		got, err := parseEndpoint(e.URL)
@@ -164,6 +168,14 @@ func endpointRefusal(pr Endpoints, base *Endpoints, allowed []endpoint, allowTLS
 		}
 		if !ok {
 			return fmt.Sprintf("%s %s is neither the default branch's endpoint nor in allowed_endpoints", e.Key, got)
+		}
+	}
+	for _, t := range pr.TLS {
+		if t.CAFile == "" {
+			continue
+		}
+		if _, err := spec.DirPath(t.CAFile); err != nil {
+			return t.Key + ": " + err.Error()
 		}
 	}
 	if allowTLS {

@@ -102,6 +102,12 @@ func TestEndpointPolicyTLS(t *testing.T) {
 		{"already off", ptr(trust(false, "", "")), trust(false, "", ""), false, ""},
 		{"turned on", ptr(trust(false, "", "")), trust(true, "ca.pem", "sha256:a"), false, ""},
 		{"allowed", ptr(trust(true, "ca.pem", "sha256:a")), trust(false, "", ""), true, ""},
+		// A path of the agent's host is never read, whoever allows what.
+		{"host device", ptr(trust(true, "/dev/zero", "")), trust(true, "/dev/zero", ""), true, "proxmox.tls_verify: /dev/zero is an absolute path"},
+		{"host file", ptr(trust(true, "/etc/ssl/ca.pem", "")), trust(true, "/etc/ssl/ca.pem", ""), false, "proxmox.tls_verify: /etc/ssl/ca.pem is an absolute path"},
+		{"leaves the directory", nil, trust(true, "../x.pem", "sha256:a"), true, "proxmox.tls_verify: ../x.pem leaves the cluster's directory"},
+		{"leaves and comes back", nil, trust(true, "sub/../../demo/ca.pem", "sha256:a"), true, "leaves the cluster's directory"},
+		{"inside after cleaning", nil, trust(true, "./certs/../ca.pem", "sha256:a"), true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

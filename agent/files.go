@@ -3,9 +3,9 @@ package agent
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
@@ -29,11 +29,16 @@ func ClusterFiles(tree fs.FS, secretsDir, cluster string) (fs.FS, error) {
 
 func (f clusterFiles) Open(name string) (fs.File, error) {
 	if name == spec.SecretsFile {
-		file, err := os.Open(f.secrets)
+		// Only a regular file, opened without blocking: a named pipe
+		// there must not hang the agent. spec.LoadFS bounds the read.
+		file, err := boundedfile.Open(f.secrets)
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 		}
-		return file, err
+		if err != nil {
+			return nil, err
+		}
+		return file, nil
 	}
 	return f.tree.Open(name)
 }

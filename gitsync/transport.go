@@ -20,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/transport/server"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 )
 
@@ -150,9 +151,9 @@ func (m *remote) httpAuth() (transport.AuthMethod, redactor, error) {
 		secrets = append(secrets, basicValue(m.urlUser, m.urlPassword))
 		return &githttp.BasicAuth{Username: m.urlUser, Password: m.urlPassword}, secrets, nil
 	}
-	b, err := os.ReadFile(m.auth.TokenFile)
+	b, err := boundedfile.Read(m.auth.TokenFile, boundedfile.Small)
 	if err != nil {
-		return nil, secrets, fmt.Errorf("reading token file: %w", err)
+		return nil, secrets, fmt.Errorf("token file: %w", err)
 	}
 	token := strings.TrimSpace(string(b))
 	if token == "" {

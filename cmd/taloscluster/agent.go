@@ -29,6 +29,7 @@ import (
 	"github.com/taloscluster/taloscluster/agent/httpapi"
 	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -246,9 +247,9 @@ func githubOp(req *http.Request) metrics.GitHubOp {
 }
 
 func readSecretFile(path, key string) (string, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.Read(path, boundedfile.Small)
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", key, err)
+		return "", fmt.Errorf("%s: %w", key, err)
 	}
 	return strings.TrimSpace(string(data)), nil
 }
@@ -266,9 +267,9 @@ func addSecretsDir(r *report.Redactor, dir string) error {
 		if d.IsDir() || filepath.Base(p) != spec.SecretsFile {
 			return nil
 		}
-		data, err := os.ReadFile(p)
+		data, err := boundedfile.Read(p, boundedfile.Small)
 		if err != nil {
-			return fmt.Errorf("reading the agent's secrets: %w", err)
+			return fmt.Errorf("the agent's secrets: %w", err)
 		}
 		var v any
 		if err := yaml.Unmarshal(data, &v); err != nil {
@@ -303,9 +304,9 @@ func httpClient(caFile string) (*http.Client, error) {
 	if caFile == "" {
 		return http.DefaultClient, nil
 	}
-	pem, err := os.ReadFile(caFile)
+	pem, err := boundedfile.Read(caFile, boundedfile.Small)
 	if err != nil {
-		return nil, fmt.Errorf("reading the CA bundle %s: %w", caFile, err)
+		return nil, fmt.Errorf("the CA bundle: %w", err)
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
@@ -345,7 +346,9 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 		if probs := c.Credentials(); len(probs) > 0 {
 			return nil, fmt.Errorf("credentials of %s in the agent's secrets directory: %s", cluster, probs[0])
 		}
-		p, err := proxmox.New(c, files, r.log)
+		// The files are a commit's tree: a path in cluster.yaml is
+		// never a file of the agent's host.
+		p, err := proxmox.New(c, files, r.log, proxmox.NoHostFiles())
 		if err != nil {
 			return nil, err
 		}
@@ -375,12 +378,12 @@ func (r *agentRunner) Plan(ctx context.Context, cluster string, files fs.FS) (*p
 // destroyRequested reads the destroy marker of a cluster directory: it
 // must name the cluster, so a copied directory cannot destroy another.
 func destroyRequested(files fs.FS, name string) (bool, error) {
-	data, err := fs.ReadFile(files, agent.DestroyMarker)
+	data, err := boundedfile.ReadFS(files, agent.DestroyMarker, boundedfile.Small)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading the %s marker: %w", agent.DestroyMarker, err)
+		return false, fmt.Errorf("the destroy marker: %w", err)
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
 	if strings.TrimSpace(first) != name {
@@ -543,19 +546,19 @@ func (r *agentRunner) Endpoints(cluster string, files fs.FS) (agent.Endpoints, e
 }
 
 // caDigest identifies the content of a tls_verify CA bundle, read the way
-// the Proxmox provider reads it: "" without a bundle, "unreadable" when it
-// cannot be read (the plan then fails on it).
+// the agent's Proxmox provider reads it, from the cluster's directory in
+// the commit's tree only: "" without a bundle, "unreadable" when it cannot
+// be read (the plan then fails on it). A path outside the directory is
+// never read (the endpoint policy refuses it).
 func caDigest(files fs.FS, caFile string) string {
 	if caFile == "" {
 		return ""
 	}
-	var data []byte
-	var err error
-	if filepath.IsAbs(caFile) {
-		data, err = os.ReadFile(caFile)
-	} else {
-		data, err = fs.ReadFile(files, filepath.ToSlash(filepath.Clean(caFile)))
+	name, err := spec.DirPath(caFile)
+	if err != nil {
+		return "outside the cluster's directory"
 	}
+	data, err := boundedfile.ReadFS(files, name, boundedfile.Small)
 	if err != nil {
 		return "unreadable"
 	}

@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/taloscluster/taloscluster/check"
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/report"
@@ -158,7 +159,7 @@ func checkRedactor(dir string, c *spec.Cluster, token string) *report.Redactor {
 	if c.Tailscale != nil {
 		r.Add(c.Tailscale.AuthKey)
 	}
-	if data, err := os.ReadFile(filepath.Join(dir, spec.SecretsFile)); err == nil {
+	if data, err := boundedfile.Read(filepath.Join(dir, spec.SecretsFile), boundedfile.Small); err == nil {
 		var v any
 		if yaml.Unmarshal(data, &v) == nil {
 			r.Add(leaves(v)...)

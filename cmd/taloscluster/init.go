@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
@@ -130,9 +131,9 @@ func writeNew(path string, data []byte, mode os.FileMode) (bool, error) {
 
 // ensureIgnored appends the missing ignore entries to a .gitignore.
 func ensureIgnored(path string) ([]string, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.Read(path, boundedfile.Small)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, err
 	}
 	have := map[string]bool{}
 	for _, line := range strings.Split(string(data), "\n") {

@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/kube"
 	"github.com/taloscluster/taloscluster/reconcile/talos"
@@ -131,7 +133,11 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 		}
 	}
 	versions := map[string]string{}
-	if tcData, err := os.ReadFile(filepath.Join(dir, reconcile.TalosconfigFile)); err == nil {
+	tcData, err := boundedfile.Read(filepath.Join(dir, reconcile.TalosconfigFile), boundedfile.Small)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		st.fail(err.Error())
+	}
+	if err == nil {
 		if tc, err := talos.New(ctx, tcData); err == nil {
 			for _, m := range st.Machines {
 				if len(m.Addresses) > 0 {
@@ -143,7 +149,11 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 			tc.Close()
 		}
 	}
-	kcData, err := os.ReadFile(filepath.Join(dir, reconcile.KubeconfigFile))
+	kcData, err := boundedfile.Read(filepath.Join(dir, reconcile.KubeconfigFile), boundedfile.Small)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		st.fail(err.Error())
+		return st
+	}
 	if err != nil {
 		st.Problems = append(st.Problems, "no kubeconfig: the cluster has not been bootstrapped by converge yet")
 		return st

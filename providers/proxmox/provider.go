@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,9 +18,11 @@ import (
 
 	"github.com/Telmate/proxmox-api-go/proxmox"
 
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
@@ -41,7 +42,7 @@ var _ reconcile.Infra = (*Provider)(nil)
 
 // New connects to the Proxmox API of cluster c. files is the cluster
 // directory (on disk or in a commit's tree): a relative tls_verify CA path
-// is read from it. Every API request is bounded by RequestTimeout (see
+// is read from it, an absolute one from the host unless NoHostFiles. Every API request is bounded by RequestTimeout (see
 // WithRequestTimeout), every call by CallTimeout.
 func New(c *spec.Cluster, files fs.FS, log *slog.Logger, opts ...Option) (*Provider, error) {
 	if c.Proxmox == nil {
@@ -51,13 +52,13 @@ func New(c *spec.Cluster, files fs.FS, log *slog.Logger, opts ...Option) (*Provi
 		log = slog.New(slog.DiscardHandler)
 	}
 	px := c.Proxmox
-	tlsCfg, err := tlsConfig(px.TLSVerify, files)
-	if err != nil {
-		return nil, err
-	}
 	o := options{requestTimeout: RequestTimeout}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	tlsCfg, err := tlsConfig(px.TLSVerify, files, !o.noHostFiles)
+	if err != nil {
+		return nil, err
 	}
 	hc := apiClient(&http.Transport{TLSClientConfig: tlsCfg}, o.requestTimeout)
 	api, err := proxmox.NewClient(px.APIURL(), hc, "", tlsCfg, "", int(CallTimeout/time.Second), false)
@@ -107,8 +108,10 @@ func Offline(c *spec.Cluster) (*Provider, error) {
 }
 
 // tlsConfig turns proxmox.tls_verify into a TLS config: system roots, plus
-// a CA bundle when a path is given; verification off only when false.
-func tlsConfig(v spec.TLSVerify, files fs.FS) (*tls.Config, error) {
+// a CA bundle when a path is given; verification off only when false. The
+// bundle is read bounded, from files, or from the host when the path is
+// absolute and hostFiles allows it.
+func tlsConfig(v spec.TLSVerify, files fs.FS, hostFiles bool) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if !v.Verify {
 		cfg.InsecureSkipVerify = true //nolint:gosec // the user set proxmox.tls_verify: false
@@ -118,14 +121,19 @@ func tlsConfig(v spec.TLSVerify, files fs.FS) (*tls.Config, error) {
 		return cfg, nil
 	}
 	var pem []byte
-	var err error
-	if filepath.IsAbs(v.CAFile) {
-		pem, err = os.ReadFile(v.CAFile)
+	if hostFiles && filepath.IsAbs(v.CAFile) {
+		var err error
+		if pem, err = boundedfile.Read(v.CAFile, boundedfile.Small); err != nil {
+			return nil, fmt.Errorf("the CA bundle of proxmox.tls_verify: %w", err)
+		}
 	} else {
-		pem, err = fs.ReadFile(files, filepath.ToSlash(filepath.Clean(v.CAFile)))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the CA bundle of proxmox.tls_verify: %w", err)
+		name, err := spec.DirPath(v.CAFile)
+		if err != nil {
+			return nil, retry.Terminal(fmt.Errorf("proxmox.tls_verify: %w", err))
+		}
+		if pem, err = boundedfile.ReadFS(files, name, boundedfile.Small); err != nil {
+			return nil, fmt.Errorf("the CA bundle of proxmox.tls_verify: %w", err)
+		}
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {

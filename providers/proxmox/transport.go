@@ -28,6 +28,17 @@ type Option func(*options)
 
 type options struct {
 	requestTimeout time.Duration
+	noHostFiles    bool
+}
+
+// NoHostFiles says the cluster's files come from a repository's tree, as
+// in the agent: a path cluster.yaml names (the CA bundle of
+// proxmox.tls_verify) is read only from the cluster's directory in that
+// tree, never from the host. An absolute path, or one that leaves the
+// directory, is refused before anything is read. Without it (the CLI), an
+// absolute path is a file of the host.
+func NoHostFiles() Option {
+	return func(o *options) { o.noHostFiles = true }
 }
 
 // WithRequestTimeout sets the bound of one Proxmox HTTP request;

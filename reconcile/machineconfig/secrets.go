@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"gopkg.in/yaml.v3"
 
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
@@ -38,9 +38,9 @@ func NewSecrets(talosVersion string) (*secrets.Bundle, error) {
 // writes and checks that it is complete. Errors name the file but never
 // quote its contents.
 func LoadSecrets(path string) (*secrets.Bundle, error) {
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.Read(path, boundedfile.Small)
 	if err != nil {
-		return nil, fmt.Errorf("reading talos secrets: %w", err)
+		return nil, fmt.Errorf("talos secrets: %w", err)
 	}
 	return ParseSecrets(path, data)
 }

@@ -307,6 +307,27 @@ func (l *loader) includes(root *node) []include {
 	return out
 }
 
+// DirPath checks a path cluster.yaml names for a file to read (such as
+// the CA bundle of proxmox.tls_verify) for reading from the cluster
+// directory alone, as the agent reads it from a commit's tree and never
+// from its own host, and returns it as a clean slash path of the
+// directory's file system. A path that is absolute or leaves the directory
+// is refused, saying why, before anything is read.
+func DirPath(p string) (string, error) {
+	slash := filepath.ToSlash(p)
+	if filepath.IsAbs(p) || path.IsAbs(slash) || filepath.VolumeName(p) != "" {
+		return "", fmt.Errorf("%s is an absolute path; only files of the cluster's directory are read", p)
+	}
+	clean := path.Clean(slash)
+	if clean == "." {
+		return "", fmt.Errorf("%s names the cluster's directory, not a file in it", p)
+	}
+	if !fs.ValidPath(clean) {
+		return "", fmt.Errorf("%s leaves the cluster's directory", p)
+	}
+	return clean, nil
+}
+
 // resolve turns an include entry into a clean slash path inside the
 // directory, following symbolic links where the file system can read them.
 // It reports false for a path that is absolute or leads outside.

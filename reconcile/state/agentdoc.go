@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 )
 
 // AgentDocs keeps documents of the agent itself beside the clusters'
@@ -53,11 +55,7 @@ func (s *DirStore) GetAgentDoc(ctx context.Context, name string) ([]byte, error)
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(filepath.Join(s.root, agentDir, name))
-	if err != nil {
-		return nil, fmt.Errorf("reading the agent's %s: %w", name, err)
-	}
-	return data, nil
+	return boundedfile.Read(filepath.Join(s.root, agentDir, name), boundedfile.State)
 }
 
 // PutAgentDoc replaces a document of the agent, atomically.

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 )
 
 // DirStore keeps each cluster's state in a directory of its own under a
@@ -73,9 +75,9 @@ func (s *DirStore) Get(ctx context.Context, cluster, name string) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(path)
+	data, err := boundedfile.Read(path, boundedfile.State)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s of cluster %q: %w", name, cluster, err)
+		return nil, fmt.Errorf("cluster %q: %w", cluster, err)
 	}
 	return data, nil
 }
@@ -171,9 +173,9 @@ func lockDir(dir string) func() {
 
 // readJournal reads the journal of the cluster whose directory is dir.
 func readJournal(dir string) (*journal, []byte, error) {
-	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
+	data, err := boundedfile.Read(filepath.Join(dir, JournalFile), boundedfile.State)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, nil, fmt.Errorf("reading the journal: %w", err)
+		return nil, nil, err
 	}
 	j, err := decodeJournal(data)
 	return j, data, err

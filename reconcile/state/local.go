@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 )
 
 // Local keeps one cluster's state as files in one directory: the CLI's
@@ -32,11 +34,7 @@ func (l Local) Get(_ context.Context, _, name string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := os.ReadFile(p)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", name, err)
-	}
-	return data, nil
+	return boundedfile.Read(p, boundedfile.State)
 }
 
 // Create writes a file only if absent (mode 0600).
