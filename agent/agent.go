@@ -114,6 +114,8 @@ type Agent struct {
 	ownedBefore map[string]bool
 	// quiet keeps lasting conditions from being logged on every poll.
 	quiet quietLog
+	// release drops the data directory's lock (Deps.Release), once.
+	release func()
 	// infos are the cluster descriptions read, by commit and directory.
 	infos infoCache
 
@@ -152,6 +154,9 @@ type Deps struct {
 	Outbox *outbox.Outbox
 	// Fleet shares the clusters among replicas; nil owns them all.
 	Fleet Fleet
+	// Release, when set, is called by Close once the agent stopped: it
+	// drops the agent's lock on its data directory.
+	Release func()
 }
 
 // OpenOutbox opens the agent's report outbox kept in store (the state
@@ -173,13 +178,17 @@ func New(cfg *Config, d Deps) *Agent {
 		redact: d.Redact, log: d.Log, reports: d.Outbox, fleet: d.Fleet, planned: map[int]string{}, untrusted: map[int]string{},
 		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
 		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{}, checks: map[string]*CheckResult{},
-		retry: retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
+		retry:   retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
+		release: func() {},
 		// The first drift check comes one interval after start: on start,
 		// the resume logic converges what is behind.
 		lastDrift: time.Now()}
 	// Jobs outlive the poll that queued them; Close stops them.
 	ctx, stop := context.WithCancel(context.Background())
 	a.stop = stop
+	if d.Release != nil {
+		a.release = sync.OnceFunc(d.Release)
+	}
 	if cfg.RunRetry.Initial != 0 {
 		a.retry = cfg.RunRetry
 	}
@@ -1162,6 +1171,7 @@ func (a *Agent) Close() {
 	if a.fleetDone != nil {
 		<-a.fleetDone
 	}
+	a.release()
 }
 
 func firstLine(s string) string {
