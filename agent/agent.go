@@ -192,6 +192,10 @@ func New(cfg *Config, d Deps) *Agent {
 	if cfg.RunRetry.Initial != 0 {
 		a.retry = cfg.RunRetry
 	}
+	if a.metrics != nil {
+		// What is owed shows as reports are queued, delivered and dropped.
+		a.reports.Observe(func(p outbox.Pending) { a.metrics.ReportsPending(p.Count, p.Oldest, p.Dropped) })
+	}
 	a.startDeliverer(ctx)
 	a.sched = NewScheduler(ctx, cfg.Concurrency, a.runMutation)
 	if a.fleet != nil {
@@ -705,7 +709,7 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	}
 	if why != "" {
 		a.log.Warn("pull request not planned", "pr", p.Number, "author", p.Author, "reason", why)
-		a.setStatus(ctx, p.Head, "taloscluster/plan", gh.StateFailure, "not planned: untrusted author", "")
+		a.report(ctx, *a.planStatus(p, "taloscluster/plan", gh.StateFailure, "not planned: untrusted author", ""))
 		a.mu.Lock()
 		a.untrusted[p.Number] = p.Head
 		a.mu.Unlock()
@@ -714,9 +718,24 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	a.mu.Lock()
 	a.planned[p.Number] = p.Head
 	a.mu.Unlock()
-	for _, c := range affected {
-		a.setStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
+	if most := a.maxClustersPerPR(); len(affected) > most {
+		// One comment (the pull request's plan comment, updated in place)
+		// and one status; nothing per cluster.
+		a.log.Warn("pull request not planned: it changes too many clusters", "pr", p.Number, "commit", p.Head,
+			"clusters", len(affected), "max_clusters_per_pr", most)
+		msg := fmt.Sprintf("this pull request changes %d clusters, more than the %d one pull request may change and be planned (max_clusters_per_pr in the agent's configuration), so no cluster is planned. "+
+			"Split it into pull requests of at most %d clusters each; a merge is still converged cluster by cluster.", len(affected), most, most)
+		a.report(ctx,
+			outbox.Report{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
+				Bodies: []string{fmt.Sprintf("**taloscluster plan** for %s at `%s`\n\n**Not planned:** %s\n", p.Title, short(p.Head), msg)}},
+			*a.planStatus(p, "taloscluster/plan", gh.StateFailure, fmt.Sprintf("not planned: changes %d clusters, more than max_clusters_per_pr (%d)", len(affected), most), ""))
+		return
 	}
+	pending := make([]outbox.Report, len(affected))
+	for i, c := range affected {
+		pending[i] = *a.planStatus(p, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
+	}
+	a.report(ctx, pending...)
 	a.sched.Plan(p.Number, p.Head, affected, a.planPR(p, trees, affected))
 }
 
@@ -757,14 +776,16 @@ func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx conte
 	return func(ctx context.Context, attempt int) time.Duration {
 		var again time.Duration
 		var next []int
-		var statuses []func()
+		var statuses []outbox.Report
 		for _, i := range todo {
 			if ctx.Err() != nil {
 				return 0 // superseded by a newer push
 			}
 			r := a.planCluster(ctx, p, trees, clusters[i], attempt)
 			results[i] = r
-			statuses = append(statuses, r.status)
+			if r.status != nil {
+				statuses = append(statuses, *r.status)
+			}
 			if r.retry > 0 {
 				next = append(next, i)
 				again = max(again, r.retry)
@@ -779,14 +800,11 @@ func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx conte
 			sections[i] = r.sec
 		}
 		header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", p.Title, short(p.Head))
-		// The statuses are queued after the comment, on the same commit, so
-		// a final status is never posted before the plan it describes.
-		a.reports.Add(ctx, outbox.Report{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
-			Bodies: gh.Compose(header, sections, 0)})
-		for _, set := range statuses {
-			set()
-		}
-		a.deliver(ctx)
+		// The statuses are queued after the comment, on the same commit and
+		// at once, so a final status is never posted before the plan it
+		// describes.
+		a.report(ctx, append([]outbox.Report{{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
+			Bodies: gh.Compose(header, sections, 0)}}, statuses...)...)
 		// What the comment shows (now, or once GitHub takes it) is what a
 		// merge is checked against. Its green status cannot come first.
 		for i, c := range clusters {
@@ -800,8 +818,8 @@ func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx conte
 // clusterPlan is the outcome of planning one cluster of a pull request.
 type clusterPlan struct {
 	sec gh.Section
-	// status queues the cluster's plan status.
-	status func()
+	// status is the cluster's plan status, nil for none.
+	status *outbox.Report
 	// plan is the plan shown, nil when the section shows none.
 	plan *plan.Plan
 	// retry is the wait before planning again after a transient failure,
@@ -822,16 +840,14 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 		}
 		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: desc, Duration: time.Since(started)})
-		return clusterPlan{sec: sec, status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StateFailure, desc, "") }}
+		return clusterPlan{sec: sec, status: a.planStatus(p, statusCtx, gh.StateFailure, desc, "")}
 	}
 	if slices.Contains(trees.removed, cluster) {
 		msg := fmt.Sprintf("this pull request deletes the cluster directory %s. Merging it destroys nothing: the machines and the cluster keep running, no longer managed by the agent. "+
 			"To destroy the cluster, first merge a pull request that adds a %s file to the directory whose first line is the cluster's name, and review its destroy plan.", cluster, DestroyMarker)
 		sec.Result, sec.Summary, sec.Body = "removed", "directory deleted: the cluster keeps running", msg+"\n"
 		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: "removed", Detail: "directory deleted: nothing destroyed", Duration: time.Since(started)})
-		return clusterPlan{sec: sec, status: func() {
-			a.queueStatus(ctx, p.Head, statusCtx, gh.StateSuccess, "directory deleted: the cluster keeps running, nothing is destroyed", "")
-		}}
+		return clusterPlan{sec: sec, status: a.planStatus(p, statusCtx, gh.StateSuccess, "directory deleted: the cluster keeps running, nothing is destroyed", "")}
 	}
 	if why := a.nameConflict(p.Head, base, cluster, trees.dirs, trees.baseDirs); why != "" {
 		a.log.Warn("pull request not planned: cluster name in use", "pr", p.Number, "cluster", cluster, "commit", p.Head, "reason", why)
@@ -871,7 +887,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return clusterPlan{sec: sec, status: func() {}}
+			return clusterPlan{sec: sec}
 		}
 		msg := a.redact.String(err.Error())
 		reason := firstLine(msg)
@@ -887,7 +903,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 			}
 			a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(metrics.ResultRetried), Detail: desc, Duration: time.Since(started)})
 			return clusterPlan{sec: sec, retry: wait,
-				status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StatePending, desc, "") }}
+				status: a.planStatus(p, statusCtx, gh.StatePending, desc, "")}
 		case transient || attempt > 1:
 			return fail(metrics.ResultFailure, attemptDescription(attempt, a.retry.Attempts, reason, ""), msg)
 		}
@@ -923,7 +939,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 	}
 	a.addRun(cluster, run)
 	return clusterPlan{sec: sec, plan: pl,
-		status: func() { a.queueStatus(ctx, p.Head, statusCtx, state, desc, a.link(id)) }}
+		status: a.planStatus(p, statusCtx, state, desc, a.link(id))}
 }
 
 // endpointPolicy says why a pull request must not point a cluster's
@@ -1142,7 +1158,8 @@ func (a *Agent) Status() httpapi.StatusPage {
 	}
 	r := a.reports.Pending()
 	page.Reports = httpapi.ReportsStatus{Pending: r.Count, Oldest: r.Oldest, Failing: r.Failing,
-		LastError: a.redact.String(r.LastError), Dropped: r.Dropped, SaveError: a.redact.String(r.SaveError)}
+		LastError: a.redact.String(r.LastError), Dropped: r.Dropped, SaveError: a.redact.String(r.SaveError),
+		LastDropped: r.LastDrop.Report, DropReason: a.redact.String(r.LastDrop.Reason), DroppedAt: r.LastDrop.At}
 	return page
 }
 
