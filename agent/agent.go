@@ -115,6 +115,8 @@ type Agent struct {
 	ownedBefore map[string]bool
 	// quiet keeps lasting conditions from being logged on every poll.
 	quiet quietLog
+	// release drops the data directory's lock (Deps.Release), once.
+	release func()
 	// infos are the cluster descriptions read, by commit and directory.
 	infos infoCache
 
@@ -153,6 +155,9 @@ type Deps struct {
 	Outbox *outbox.Outbox
 	// Fleet shares the clusters among replicas; nil owns them all.
 	Fleet Fleet
+	// Release, when set, is called by Close once the agent stopped: it
+	// drops the agent's lock on its data directory.
+	Release func()
 }
 
 // OpenOutbox opens the agent's report outbox kept in store (the state
@@ -174,15 +179,23 @@ func New(cfg *Config, d Deps) *Agent {
 		redact: d.Redact, log: d.Log, reports: d.Outbox, fleet: d.Fleet, planned: map[int]string{}, untrusted: map[int]string{},
 		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
 		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{}, checks: map[string]*CheckResult{},
-		retry: retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
+		retry:   retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
+		release: func() {},
 		// The first drift check comes one interval after start: on start,
 		// the resume logic converges what is behind.
 		lastDrift: time.Now()}
 	// Jobs outlive the poll that queued them; Close stops them.
 	ctx, stop := context.WithCancel(context.Background())
 	a.stop = stop
+	if d.Release != nil {
+		a.release = sync.OnceFunc(d.Release)
+	}
 	if cfg.RunRetry.Initial != 0 {
 		a.retry = cfg.RunRetry
+	}
+	if a.metrics != nil {
+		// What is owed shows as reports are queued, delivered and dropped.
+		a.reports.Observe(func(p outbox.Pending) { a.metrics.ReportsPending(p.Count, p.Oldest, p.Dropped) })
 	}
 	a.startDeliverer(ctx)
 	a.sched = NewScheduler(ctx, cfg.Concurrency, a.runMutation)
@@ -473,10 +486,12 @@ func (a *Agent) queueConverge(ctx context.Context, d, head string, covers []stri
 			a.comment(ctx, mergedPR, head, fmt.Sprintf("**taloscluster:** `%s` is being converged to `%s` right now; this merge is queued behind that run and will be converged next (together with any later merge).", d, short(running)))
 		}
 	}
-	for _, c := range covers {
-		a.queueStatus(ctx, c, gh.StatusContext("converge", d), gh.StatePending, desc, a.link(""))
+	pending := make([]outbox.Report, len(covers))
+	for i, c := range covers {
+		pending[i] = outbox.Report{Kind: outbox.Status, Commit: c, Context: gh.StatusContext("converge", d), State: gh.StatePending,
+			Description: desc, TargetURL: a.link("")}
 	}
-	a.deliver(ctx)
+	a.report(ctx, pending...)
 	a.sched.Mutate(Job{Kind: KindConverge, Cluster: d, Commit: head, Covers: covers})
 }
 
@@ -760,7 +775,7 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	}
 	if why != "" {
 		a.log.Warn("pull request not planned", "pr", p.Number, "author", p.Author, "reason", why)
-		a.setStatus(ctx, p.Head, "taloscluster/plan", gh.StateFailure, "not planned: untrusted author", "")
+		a.report(ctx, *a.planStatus(p, "taloscluster/plan", gh.StateFailure, "not planned: untrusted author", ""))
 		a.mu.Lock()
 		a.untrusted[p.Number] = p.Head
 		a.mu.Unlock()
@@ -771,14 +786,29 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	a.mu.Unlock()
 	for _, d := range linked {
 		a.log.Warn("cluster directory skipped: cluster.yaml is a symbolic link", "pr", p.Number, "cluster", d, "commit", p.Head)
-		a.setStatus(ctx, p.Head, gh.StatusContext("plan", d), gh.StateFailure, linkedSkipped, "")
+		a.report(ctx, *a.planStatus(p, gh.StatusContext("plan", d), gh.StateFailure, linkedSkipped, ""))
 	}
 	if len(affected) == 0 {
 		return
 	}
-	for _, c := range affected {
-		a.setStatus(ctx, p.Head, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
+	if most := a.maxClustersPerPR(); len(affected) > most {
+		// One comment (the pull request's plan comment, updated in place)
+		// and one status; nothing per cluster.
+		a.log.Warn("pull request not planned: it changes too many clusters", "pr", p.Number, "commit", p.Head,
+			"clusters", len(affected), "max_clusters_per_pr", most)
+		msg := fmt.Sprintf("this pull request changes %d clusters, more than the %d one pull request may change and be planned (max_clusters_per_pr in the agent's configuration), so no cluster is planned. "+
+			"Split it into pull requests of at most %d clusters each; a merge is still converged cluster by cluster.", len(affected), most, most)
+		a.report(ctx,
+			outbox.Report{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
+				Bodies: []string{fmt.Sprintf("**taloscluster plan** for %s at `%s`\n\n**Not planned:** %s\n", report.MarkdownText(p.Title, maxTitle), short(p.Head), msg)}},
+			*a.planStatus(p, "taloscluster/plan", gh.StateFailure, fmt.Sprintf("not planned: changes %d clusters, more than max_clusters_per_pr (%d)", len(affected), most), ""))
+		return
 	}
+	pending := make([]outbox.Report, len(affected))
+	for i, c := range affected {
+		pending[i] = *a.planStatus(p, gh.StatusContext("plan", c), gh.StatePending, "planning", a.link(""))
+	}
+	a.report(ctx, pending...)
 	a.sched.Plan(p.Number, p.Head, affected, a.planPR(p, trees, affected))
 }
 
@@ -819,14 +849,16 @@ func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx conte
 	return func(ctx context.Context, attempt int) time.Duration {
 		var again time.Duration
 		var next []int
-		var statuses []func()
+		var statuses []outbox.Report
 		for _, i := range todo {
 			if ctx.Err() != nil {
 				return 0 // superseded by a newer push
 			}
 			r := a.planCluster(ctx, p, trees, clusters[i], attempt)
 			results[i] = r
-			statuses = append(statuses, r.status)
+			if r.status != nil {
+				statuses = append(statuses, *r.status)
+			}
 			if r.retry > 0 {
 				next = append(next, i)
 				again = max(again, r.retry)
@@ -841,14 +873,11 @@ func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx conte
 			sections[i] = r.sec
 		}
 		header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", report.MarkdownText(p.Title, maxTitle), short(p.Head))
-		// The statuses are queued after the comment, on the same commit, so
-		// a final status is never posted before the plan it describes.
-		a.reports.Add(ctx, outbox.Report{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
-			Bodies: gh.Compose(header, sections, 0)})
-		for _, set := range statuses {
-			set()
-		}
-		a.deliver(ctx)
+		// The statuses are queued after the comment, on the same commit and
+		// at once, so a final status is never posted before the plan it
+		// describes.
+		a.report(ctx, append([]outbox.Report{{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
+			Bodies: gh.Compose(header, sections, 0)}}, statuses...)...)
 		// What the comment shows (now, or once GitHub takes it) is what a
 		// merge is checked against. Its green status cannot come first.
 		for i, c := range clusters {
@@ -862,8 +891,8 @@ func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx conte
 // clusterPlan is the outcome of planning one cluster of a pull request.
 type clusterPlan struct {
 	sec gh.Section
-	// status queues the cluster's plan status.
-	status func()
+	// status is the cluster's plan status, nil for none.
+	status *outbox.Report
 	// plan is the plan shown, nil when the section shows none.
 	plan *plan.Plan
 	// retry is the wait before planning again after a transient failure,
@@ -884,16 +913,14 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 		}
 		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: desc, Duration: time.Since(started)})
-		return clusterPlan{sec: sec, status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StateFailure, desc, "") }}
+		return clusterPlan{sec: sec, status: a.planStatus(p, statusCtx, gh.StateFailure, desc, "")}
 	}
 	if slices.Contains(trees.removed, cluster) {
 		msg := fmt.Sprintf("this pull request deletes the cluster directory %s. Merging it destroys nothing: the machines and the cluster keep running, no longer managed by the agent. "+
 			"To destroy the cluster, first merge a pull request that adds a %s file to the directory whose first line is the cluster's name, and review its destroy plan.", cluster, DestroyMarker)
 		sec.Result, sec.Summary, sec.Body = "removed", "directory deleted: the cluster keeps running", msg+"\n"
 		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: "removed", Detail: "directory deleted: nothing destroyed", Duration: time.Since(started)})
-		return clusterPlan{sec: sec, status: func() {
-			a.queueStatus(ctx, p.Head, statusCtx, gh.StateSuccess, "directory deleted: the cluster keeps running, nothing is destroyed", "")
-		}}
+		return clusterPlan{sec: sec, status: a.planStatus(p, statusCtx, gh.StateSuccess, "directory deleted: the cluster keeps running, nothing is destroyed", "")}
 	}
 	if why := a.nameConflict(p.Head, base, cluster, trees.dirs, trees.baseDirs); why != "" {
 		a.log.Warn("pull request not planned: cluster name in use", "pr", p.Number, "cluster", cluster, "commit", p.Head, "reason", why)
@@ -933,7 +960,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return clusterPlan{sec: sec, status: func() {}}
+			return clusterPlan{sec: sec}
 		}
 		msg := a.redact.String(err.Error())
 		reason := firstLine(msg)
@@ -949,7 +976,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 			}
 			a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(metrics.ResultRetried), Detail: desc, Duration: time.Since(started)})
 			return clusterPlan{sec: sec, retry: wait,
-				status: func() { a.queueStatus(ctx, p.Head, statusCtx, gh.StatePending, desc, "") }}
+				status: a.planStatus(p, statusCtx, gh.StatePending, desc, "")}
 		case transient || attempt > 1:
 			return fail(metrics.ResultFailure, attemptDescription(attempt, a.retry.Attempts, reason, ""), msg)
 		}
@@ -985,7 +1012,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 	}
 	a.addRun(cluster, run)
 	return clusterPlan{sec: sec, plan: pl,
-		status: func() { a.queueStatus(ctx, p.Head, statusCtx, state, desc, a.link(id)) }}
+		status: a.planStatus(p, statusCtx, state, desc, a.link(id))}
 }
 
 // endpointPolicy says why a pull request must not point a cluster's
@@ -1208,7 +1235,8 @@ func (a *Agent) Status() httpapi.StatusPage {
 	}
 	r := a.reports.Pending()
 	page.Reports = httpapi.ReportsStatus{Pending: r.Count, Oldest: r.Oldest, Failing: r.Failing,
-		LastError: a.redact.String(r.LastError), Dropped: r.Dropped, SaveError: a.redact.String(r.SaveError)}
+		LastError: a.redact.String(r.LastError), Dropped: r.Dropped, SaveError: a.redact.String(r.SaveError),
+		LastDropped: r.LastDrop.Report, DropReason: a.redact.String(r.LastDrop.Reason), DroppedAt: r.LastDrop.At}
 	return page
 }
 
@@ -1237,6 +1265,7 @@ func (a *Agent) Close() {
 	if a.fleetDone != nil {
 		<-a.fleetDone
 	}
+	a.release()
 }
 
 func firstLine(s string) string {

@@ -97,6 +97,8 @@ type fakeForge struct {
 	plans        map[int][]string // the plan comment, as last upserted
 	// failUpserts fails the next plan comment upserts with a 502.
 	failUpserts int
+	// gate, when set, holds every status request until it is closed.
+	gate chan struct{}
 }
 
 // limited returns the rate-limit error for a call of op while the limit
@@ -142,7 +144,17 @@ func (f *fakeForge) Permission(context.Context, string) (string, error) {
 	return "write", nil
 }
 
-func (f *fakeForge) SetStatus(_ context.Context, sha, context, state, description, _ string) error {
+func (f *fakeForge) SetStatus(ctx context.Context, sha, context, state, description, _ string) error {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.limited("SetStatus"); err != nil {

@@ -40,6 +40,11 @@ type Config struct {
 	State   State  `yaml:"state"`
 	// Concurrency bounds how many clusters converge at once.
 	Concurrency int `yaml:"concurrency"`
+	// MaxClustersPerPR bounds the clusters one pull request may change and
+	// still be planned: one that changes more gets one comment saying so,
+	// and no plan, status or report per cluster, so its volume cannot
+	// crowd out the reports of others. Default DefaultMaxClustersPerPR.
+	MaxClustersPerPR int `yaml:"max_clusters_per_pr"`
 	// DriftInterval is how often the default branch is planned again.
 	DriftInterval Duration `yaml:"drift_interval"`
 	// SelfHeal converges drift found by the drift check.
@@ -168,12 +173,13 @@ const MaxConfigSize = 1 << 20
 
 // Defaults of the agent configuration.
 const (
-	DefaultPollInterval    = 30 * time.Second
-	DefaultDriftInterval   = time.Hour
-	DefaultConcurrency     = 4
-	DefaultMutationSpacing = time.Second
-	DefaultListen          = "127.0.0.1:8080"
-	DefaultGitHubAPI       = "https://api.github.com/"
+	DefaultPollInterval     = 30 * time.Second
+	DefaultDriftInterval    = time.Hour
+	DefaultConcurrency      = 4
+	DefaultMaxClustersPerPR = 200
+	DefaultMutationSpacing  = time.Second
+	DefaultListen           = "127.0.0.1:8080"
+	DefaultGitHubAPI        = "https://api.github.com/"
 )
 
 // Retries of a converge or a plan that failed with a transient error
@@ -234,6 +240,9 @@ func (c *Config) Defaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	if c.MaxClustersPerPR == 0 {
+		c.MaxClustersPerPR = DefaultMaxClustersPerPR
+	}
 	if c.GitHub.MutationSpacing == 0 {
 		c.GitHub.MutationSpacing = Duration(DefaultMutationSpacing)
 	}
@@ -277,6 +286,9 @@ func (c *Config) validate() error {
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("concurrency must be 1 or more"))
+	}
+	if c.MaxClustersPerPR < 1 {
+		errs = append(errs, errors.New("max_clusters_per_pr must be 1 or more"))
 	}
 	least := func(key string, d Duration, least time.Duration, why string) {
 		if d.D() < least {

@@ -147,13 +147,7 @@ func (a *Agent) probeLimit(ctx context.Context) {
 // due. A status queued replaces a queued one of the same commit and
 // context.
 func (a *Agent) setStatus(ctx context.Context, sha, statusContext, state, description, targetURL string) {
-	a.queueStatus(ctx, sha, statusContext, state, description, targetURL)
-	a.deliver(ctx)
-}
-
-// queueStatus queues a commit status without delivering it yet.
-func (a *Agent) queueStatus(ctx context.Context, sha, statusContext, state, description, targetURL string) {
-	a.reports.Add(ctx, outbox.Report{Kind: outbox.Status, Commit: sha, Context: statusContext, State: state,
+	a.report(ctx, outbox.Report{Kind: outbox.Status, Commit: sha, Context: statusContext, State: state,
 		Description: a.redact.String(description), TargetURL: targetURL})
 }
 
@@ -163,10 +157,27 @@ func (a *Agent) comment(ctx context.Context, pr int, sha, body string) {
 	a.report(ctx, outbox.Report{Kind: outbox.Comment, PR: pr, Commit: sha, Body: a.redact.String(body)})
 }
 
-// report queues r and asks for a delivery pass.
-func (a *Agent) report(ctx context.Context, r outbox.Report) {
-	a.reports.Add(ctx, r)
+// report queues rs at once and asks for a delivery pass.
+func (a *Agent) report(ctx context.Context, rs ...outbox.Report) {
+	a.reports.Add(ctx, rs...)
 	a.deliver(ctx)
+}
+
+// planStatus returns the commit status of a plan of pull request p, at
+// its head: a plan report, which gives way to the reports of merges when
+// the outbox is full.
+func (a *Agent) planStatus(p gh.PR, statusContext, state, description, targetURL string) *outbox.Report {
+	return &outbox.Report{Kind: outbox.Status, Commit: p.Head, PR: p.Number, Plan: true, Context: statusContext,
+		State: state, Description: a.redact.String(description), TargetURL: targetURL}
+}
+
+// maxClustersPerPR is the most clusters a pull request may change and be
+// planned.
+func (a *Agent) maxClustersPerPR() int {
+	if a.cfg.MaxClustersPerPR > 0 {
+		return a.cfg.MaxClustersPerPR
+	}
+	return DefaultMaxClustersPerPR
 }
 
 // startDeliverer starts the goroutine that sends the outbox's reports, so
@@ -221,16 +232,13 @@ func (a *Agent) flushReports(ctx context.Context) {
 }
 
 // deliverNow sends the reports that are due, unless GitHub's API is rate
-// limited, and updates the outbox metrics.
+// limited. (The outbox metrics follow every change of the outbox: see
+// New.)
 func (a *Agent) deliverNow(ctx context.Context) {
 	if a.apiLimited() == nil {
 		if n := a.reports.Deliver(ctx, a.send); n > 0 {
 			a.log.Debug("reports delivered", "count", n)
 		}
-	}
-	if a.metrics != nil {
-		p := a.reports.Pending()
-		a.metrics.ReportsPending(p.Count, p.Oldest, p.Dropped)
 	}
 }
 

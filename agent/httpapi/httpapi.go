@@ -96,8 +96,13 @@ type ReportsStatus struct {
 	// recent failure.
 	Failing   int
 	LastError string
-	// Dropped counts the reports given up on since start.
-	Dropped int
+	// Dropped counts the reports given up on since start; LastDropped
+	// names the last of them, DropReason says why it was dropped and
+	// DroppedAt when.
+	Dropped     int
+	LastDropped string
+	DropReason  string
+	DroppedAt   time.Time
 	// SaveError is set while the outbox cannot be saved.
 	SaveError string
 }

@@ -188,9 +188,11 @@ func TestStatusPage(t *testing.T) {
 
 	owed := page
 	owed.Reports = httpapi.ReportsStatus{Pending: 2, Oldest: time.Now().Add(-95 * time.Second), Failing: 1,
-		LastError: "POST comments: 502 Bad Gateway", Dropped: 1}
+		LastError: "POST comments: 502 Bad Gateway", Dropped: 1, LastDropped: "status taloscluster/plan: clusters/c0001=pending on 0123456789ab",
+		DropReason: "the outbox is full (4000 reports, 700 KiB; at most 4000, 768 KiB), and pull request 12 was pushed again (fedcba987654)", DroppedAt: when}
 	res = do(t, serve(t, httpapi.Options{Status: func() httpapi.StatusPage { return owed }}), http.MethodGet, "/")
-	for _, want := range []string{"2 not yet delivered", "(1m3", "502 Bad Gateway", "1 given up on"} {
+	for _, want := range []string{"2 not yet delivered", "(1m3", "502 Bad Gateway", "1 given up on",
+		"the last, status taloscluster/plan: clusters/c0001=pending on 0123456789ab", "because the outbox is full", "pull request 12 was pushed again"} {
 		if !strings.Contains(res.body, want) {
 			t.Errorf("reports section lacks %q:\n%s", want, res.body)
 		}
@@ -222,7 +224,7 @@ func TestStatusPageEscapes(t *testing.T) {
 			Running:  hostile,
 		}},
 		Queue:   []httpapi.QueuedJob{{Cluster: hostile, Kind: hostile, Commit: hostile}},
-		Reports: httpapi.ReportsStatus{Pending: 1, Failing: 1, LastError: hostile, SaveError: hostile},
+		Reports: httpapi.ReportsStatus{Pending: 1, Failing: 1, LastError: hostile, SaveError: hostile, Dropped: 1, LastDropped: hostile, DropReason: hostile},
 	}
 	srv := serve(t, httpapi.Options{Status: func() httpapi.StatusPage { return page }})
 	res := do(t, srv, http.MethodGet, "/")

@@ -123,7 +123,7 @@ section.cluster { border-top: 2px solid #ccc; margin-top: 2rem; }
 </table>{{else}}<p>Nothing queued.</p>{{end}}
 <h2>Reports to GitHub</h2>
 {{with .Reports}}{{if .Pending}}<p><span class="retried">{{.Pending}} not yet delivered</span>, the oldest queued <time datetime="{{iso .Oldest}}">{{when .Oldest}}</time> ({{since .Oldest}} ago){{if .Failing}}; {{.Failing}} failed at least once, the last with: <span class="failure">{{.LastError}}</span>{{end}}. They are tried again with backoff.</p>{{else}}<p>All delivered.</p>{{end}}
-{{if .Dropped}}<p class="failure">{{.Dropped}} given up on since the agent started (GitHub kept refusing them; see the log).</p>{{end}}
+{{if .Dropped}}<p class="failure">{{.Dropped}} given up on since the agent started; the last, {{.LastDropped}}, <time datetime="{{iso .DroppedAt}}">{{when .DroppedAt}}</time>, because {{.DropReason}} (each is in the log).</p>{{end}}
 {{if .SaveError}}<p class="failure">The outbox cannot be saved to the state backend, so a restart would lose what waits: {{.SaveError}}</p>{{end}}{{end}}
 {{range .Sections}}{{template "cluster" .}}{{end}}
 <p><a href="metrics">metrics</a> · <a href="readyz">readiness</a></p>

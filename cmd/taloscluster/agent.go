@@ -90,7 +90,19 @@ func runAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer, once boo
 }
 
 // buildAgent wires the agent and its HTTP handler from its configuration.
-func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (*agent.Agent, http.Handler, error) {
+// It first takes the lock on the data directory, which the agent's Close
+// drops: a second agent on the same directory is refused, naming the
+// first.
+func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (_ *agent.Agent, _ http.Handler, err error) {
+	release, err := state.LockDataDir(cfg.DataDir, "taloscluster agent")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
 	redact := &report.Redactor{}
 	log := slog.New(redactingHandler{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}), redact})
 
@@ -172,7 +184,7 @@ func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (*agen
 	}
 	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact}
 	deps := agent.Deps{Repo: repo, Forge: forge, Runner: runner,
-		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports}
+		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports, Release: release}
 	if fleet != nil {
 		deps.Fleet = fleet
 	}

@@ -146,3 +146,26 @@ func acquire(ctx context.Context, wait bool, try func() error) error {
 // errRetryNow is returned by a try that lost a benign race (the lock file
 // was replaced, the Lease changed under it) and should be tried again.
 var errRetryNow = errors.New("try again")
+
+// DataDirLockFile is the file in an agent's data directory that the agent
+// holds an advisory lock on for as long as it runs, with a Holder record
+// as its content.
+const DataDirLockFile = "agent.lock"
+
+// DataDirInUseError is returned by LockDataDir when another process holds
+// the data directory.
+type DataDirInUseError struct {
+	// Dir is the data directory.
+	Dir string
+	// Holder is the agent that holds it, as its record says.
+	Holder Holder
+}
+
+func (e *DataDirInUseError) Error() string {
+	since := "an unknown time"
+	if !e.Holder.Since.IsZero() {
+		since = e.Holder.Since.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("data directory %s is in use by %s since %s: one agent per data directory (run replicas with the kubernetes state backend to run several)",
+		e.Dir, e.Holder, since)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -84,4 +85,43 @@ func holdFile(ctx context.Context, path, cluster, command string, wait bool, now
 		_ = f.Close()
 	})
 	return held, release, nil
+}
+
+// LockDataDir takes the agent's lock on its data directory dir (created
+// if absent): an advisory lock (flock LOCK_EX) on DataDirLockFile, whose
+// content records this process as holder for command. The kernel drops
+// the lock when the process ends, however it ends, and the descriptor is
+// not inherited by a child (O_CLOEXEC). When another process holds it,
+// LockDataDir fails at once with a DataDirInUseError naming that process.
+// release drops the lock; it may be called more than once.
+func LockDataDir(dir, command string) (release func(), err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the data directory %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, DataDirLockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening the lock of the data directory %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		defer f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			data, _ := io.ReadAll(io.LimitReader(f, 4096))
+			return nil, &DataDirInUseError{Dir: dir, Holder: decodeHolder(data)}
+		}
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	h := newHolder(command, time.Now())
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing the holder of %s: %w", path, err)
+	}
+	if _, err := f.WriteAt(h.encode(), 0); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("writing the holder of %s: %w", path, err)
+	}
+	_ = f.Sync()
+	// The file stays when released: the next agent locks the same file,
+	// so two never hold two different files.
+	return sync.OnceFunc(func() { _ = f.Close() }), nil
 }

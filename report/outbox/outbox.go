@@ -10,6 +10,16 @@
 // status, and one stuck pull request does not hold up the others. A newer
 // status of the same commit and context, or a newer plan comment of the
 // same pull request, replaces the queued one (and goes to the back).
+//
+// The outbox is bounded (in reports, and in bytes so that its document
+// fits a Kubernetes Secret beside the agent's others). When it is full,
+// reports are dropped in this order: first the plan reports of a pull
+// request head that a newer push superseded, then the plan reports of the
+// commit that holds the most, and only when no plan report is left the
+// reports of the commit that holds the most. A converge status or a
+// merge's comment is therefore never dropped to make room for a pull
+// request's plans, and the pull request that fills the outbox pays for it,
+// not the others.
 package outbox
 
 import (
@@ -52,8 +62,14 @@ type Report struct {
 	Key  string `json:"key"`
 	Kind Kind   `json:"kind"`
 	// Commit orders reports: those of one commit go out in order.
-	Commit      string   `json:"commit"`
-	PR          int      `json:"pr,omitempty"`
+	Commit string `json:"commit"`
+	// PR is the pull request a comment goes to; on a plan status, the
+	// pull request whose head Commit is.
+	PR int `json:"pr,omitempty"`
+	// Plan marks a report of a pull request's plan (its plan statuses;
+	// a PlanComment is one always): the next push plans again, so when the
+	// outbox is full these go before the reports of merges.
+	Plan        bool     `json:"plan,omitempty"`
 	Context     string   `json:"context,omitempty"`
 	State       string   `json:"state,omitempty"`
 	Description string   `json:"description,omitempty"`
@@ -69,7 +85,13 @@ type Report struct {
 	Next time.Time `json:"next,omitzero"`
 	// LastError is the first line of the last failure.
 	LastError string `json:"last_error,omitempty"`
+
+	// size is the length of the report's JSON encoding.
+	size int
 }
+
+// isPlan reports whether r is a report of a pull request's plan.
+func (r Report) isPlan() bool { return r.Plan || r.Kind == PlanComment }
 
 // String names a report for logs, without its text.
 func (r Report) String() string {
@@ -135,11 +157,11 @@ type Options struct {
 // gone, a status GitHub finds invalid), before it is dropped.
 const TerminalAttempts = 3
 
-// Bounds of the outbox: past them the oldest reports are dropped, with an
-// error logged. The size bound keeps the document within a Kubernetes
-// Secret.
+// Bounds of the outbox: past them reports are dropped (see the package
+// comment for which), with an error logged. The size bound keeps the
+// document within a Kubernetes Secret.
 const (
-	maxReports  = 2000
+	maxReports  = 4000
 	maxDocBytes = 768 << 10
 )
 
@@ -150,10 +172,27 @@ type Outbox struct {
 	// sending serialises delivery passes.
 	sending sync.Mutex
 
-	mu      sync.Mutex
-	reports []Report // oldest first
-	saveErr error    // the last failure to save, until a save works
-	dropped int      // reports dropped since start
+	mu       sync.Mutex
+	reports  []Report // oldest first
+	bytes    int      // the sum of the reports' sizes
+	saveErr  error    // the last failure to save, until a save works
+	dropped  int      // reports dropped since start
+	lastDrop Drop     // the last report dropped
+
+	// observeMu serialises calls of observe, each with a fresh Pending, so
+	// the last call always tells the latest state.
+	observeMu sync.Mutex
+	observe   func(Pending)
+}
+
+// Drop describes a report given up on.
+type Drop struct {
+	// Report names the report (Report.String).
+	Report string
+	// Reason says why it was dropped.
+	Reason string
+	// At is when.
+	At time.Time
 }
 
 // Open loads the outbox kept in opts.Store. A document that cannot be
@@ -197,6 +236,10 @@ func Open(ctx context.Context, opts Options) (*Outbox, error) {
 		return o, nil
 	}
 	o.reports = doc.Reports
+	for i := range o.reports {
+		o.reports[i].size = encodedSize(o.reports[i])
+		o.bytes += o.reports[i].size
+	}
 	if len(o.reports) > 0 {
 		opts.Log.Info("reports still owed from before the restart", "count", len(o.reports), "oldest", o.reports[0].Queued)
 	}
@@ -209,23 +252,135 @@ type document struct {
 	Reports []Report `json:"reports"`
 }
 
-// Add queues r and saves the outbox. It sets r's Key, when empty, and
-// Queued. A save that fails is logged and the report is kept in memory:
-// a report is never refused.
-func (o *Outbox) Add(ctx context.Context, r Report) {
-	if r.Key == "" {
-		r.Key = newKey()
-	}
-	r.Queued = o.opts.Now()
+// Add queues rs, in order, and saves the outbox once. It sets each
+// report's Key, when empty, and Queued. A save that fails is logged and
+// the reports are kept in memory: a report is never refused (though the
+// outbox, when full, may drop others or one of these; see the package
+// comment).
+func (o *Outbox) Add(ctx context.Context, rs ...Report) {
+	now := o.opts.Now()
 	o.mu.Lock()
-	o.reports = slices.DeleteFunc(o.reports, r.supersedes)
-	o.reports = append(o.reports, r)
-	if n := len(o.reports) - maxReports; n > 0 {
-		o.drop(o.reports[:n], "the outbox is full")
-		o.reports = slices.Delete(o.reports, 0, n)
+	for _, r := range rs {
+		if r.Key == "" {
+			r.Key = newKey()
+		}
+		r.Queued = now
+		r.size = encodedSize(r)
+		o.remove(r.supersedes)
+		o.reports = append(o.reports, r)
+		o.bytes += r.size
+		o.fit(maxReports, maxDocBytes)
 	}
 	o.mu.Unlock()
 	o.save(ctx)
+	o.changed()
+}
+
+// Observe has f called with what is owed after every change of the
+// outbox (a report queued, delivered or dropped), and once now. The calls
+// do not overlap and each reads the outbox afresh.
+func (o *Outbox) Observe(f func(Pending)) {
+	o.observeMu.Lock()
+	o.observe = f
+	o.observeMu.Unlock()
+	o.changed()
+}
+
+// changed tells the observer what is owed now; o.mu is not held.
+func (o *Outbox) changed() {
+	o.observeMu.Lock()
+	defer o.observeMu.Unlock()
+	if o.observe != nil {
+		o.observe(o.Pending())
+	}
+}
+
+// remove takes out the reports del selects; o.mu is held.
+func (o *Outbox) remove(del func(Report) bool) {
+	o.reports = slices.DeleteFunc(o.reports, func(q Report) bool {
+		if del(q) {
+			o.bytes -= q.size
+			return true
+		}
+		return false
+	})
+}
+
+// fit drops reports until at most count of them, of at most size bytes
+// in all, are left: first the plan reports of superseded pull-request
+// heads, then the plan reports of the commit that holds the most bytes,
+// then the reports of the commit that holds the most; within each, the
+// oldest first. o.mu is held.
+func (o *Outbox) fit(count, size int) {
+	for len(o.reports) > 0 && (len(o.reports) > count || o.bytes > size) {
+		i, why := o.victim()
+		o.drop(o.reports[i], why)
+		o.bytes -= o.reports[i].size
+		o.reports = slices.Delete(o.reports, i, i+1)
+	}
+}
+
+// victim chooses the report fit drops next, and says why; o.mu is held.
+func (o *Outbox) victim() (int, string) {
+	full := fmt.Sprintf("the outbox is full (%d reports, %d KiB; at most %d, %d KiB)",
+		len(o.reports), o.bytes>>10, maxReports, maxDocBytes>>10)
+	// The newest commit whose plan reports each pull request has queued.
+	newest := map[int]string{}
+	for _, r := range o.reports {
+		if r.isPlan() && r.PR != 0 {
+			newest[r.PR] = r.Commit
+		}
+	}
+	for i, r := range o.reports {
+		if r.isPlan() && r.PR != 0 && newest[r.PR] != r.Commit {
+			return i, fmt.Sprintf("%s, and pull request %d was pushed again (%s): its reports on the older head go first",
+				full, r.PR, short(newest[r.PR]))
+		}
+	}
+	if i, n, b := o.largest(Report.isPlan); i >= 0 {
+		return i, fmt.Sprintf("%s: the plan reports of the commit that holds the most (%s of pull request %d: %d reports, %d KiB) go first; those of merges are kept",
+			full, short(o.reports[i].Commit), o.reports[i].PR, n, b>>10)
+	}
+	i, n, b := o.largest(func(Report) bool { return true })
+	return i, fmt.Sprintf("%s, with no plan report left to drop: the reports of the commit that holds the most (%s: %d reports, %d KiB) go first",
+		full, short(o.reports[i].Commit), n, b>>10)
+}
+
+// largest returns the oldest report that sel selects of the commit whose
+// selected reports hold the most bytes, with their count and bytes; -1
+// when sel selects none. o.mu is held.
+func (o *Outbox) largest(sel func(Report) bool) (int, int, int) {
+	type group struct{ first, count, bytes int }
+	groups := map[string]*group{}
+	var top *group
+	for i, r := range o.reports {
+		if !sel(r) {
+			continue
+		}
+		g := groups[r.Commit]
+		if g == nil {
+			g = &group{first: i}
+			groups[r.Commit] = g
+		}
+		g.count++
+		g.bytes += r.size
+		if top == nil || g.bytes > top.bytes {
+			top = g
+		}
+	}
+	if top == nil {
+		return -1, 0, 0
+	}
+	return top.first, top.count, top.bytes
+}
+
+// encodedSize is the length of r's JSON encoding in the document.
+func encodedSize(r Report) int {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0
+	}
+	return len(data) + 1 // and its comma
 }
 
 // Adopt takes the reports of another outbox's document (that of a
@@ -248,13 +403,17 @@ func (o *Outbox) Adopt(ctx context.Context, data []byte) error {
 		if slices.ContainsFunc(o.reports, func(q Report) bool { return q.supersedes(r) && !q.Queued.Before(r.Queued) }) {
 			continue
 		}
-		o.reports = slices.DeleteFunc(o.reports, func(q Report) bool { return r.supersedes(q) && q.Queued.Before(r.Queued) })
+		o.remove(func(q Report) bool { return r.supersedes(q) && q.Queued.Before(r.Queued) })
+		r.size = encodedSize(r)
 		o.reports = append(o.reports, r)
+		o.bytes += r.size
 	}
 	slices.SortStableFunc(o.reports, func(a, b Report) int { return a.Queued.Compare(b.Queued) })
+	o.fit(maxReports, maxDocBytes)
 	o.mu.Unlock()
 	o.opts.Log.Info("reports adopted from a replica that is gone", "count", len(doc.Reports))
 	o.save(ctx)
+	o.changed()
 	return nil
 }
 
@@ -281,6 +440,7 @@ func (o *Outbox) Deliver(ctx context.Context, send Send) int {
 		}
 		if err == nil {
 			o.done(r.Key)
+			o.changed()
 			sent++
 			continue
 		}
@@ -316,7 +476,7 @@ func (o *Outbox) next(held map[string]bool) (Report, bool) {
 func (o *Outbox) done(key string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.reports = slices.DeleteFunc(o.reports, func(r Report) bool { return r.Key == key })
+	o.remove(func(r Report) bool { return r.Key == key })
 }
 
 // failed records a failed attempt of r, and drops r when its failure is
@@ -338,8 +498,14 @@ func (o *Outbox) failed(r Report, err error) {
 	attempts := q.Attempts
 	drop := !transient && attempts >= TerminalAttempts
 	if drop {
-		o.drop([]Report{*q}, "GitHub keeps refusing it: "+msg)
+		o.drop(*q, "GitHub keeps refusing it: "+msg)
+		o.bytes -= q.size
 		o.reports = slices.Delete(o.reports, i, i+1)
+	} else {
+		// Its record grew a little.
+		size := encodedSize(*q)
+		o.bytes += size - q.size
+		q.size = size
 	}
 	o.mu.Unlock()
 	if !drop {
@@ -347,15 +513,15 @@ func (o *Outbox) failed(r Report, err error) {
 			"in", wait.Round(time.Millisecond).String(), "queued", r.Queued, "error", msg)
 	}
 	o.save(context.Background())
+	o.changed()
 }
 
-// drop logs reports given up on; o.mu is held.
-func (o *Outbox) drop(rs []Report, why string) {
-	for _, r := range rs {
-		o.dropped++
-		o.opts.Log.Error("report dropped: it will never reach GitHub", "report", r.String(), "queued", r.Queued,
-			"attempts", r.Attempts, "reason", why)
-	}
+// drop counts and logs a report given up on; o.mu is held.
+func (o *Outbox) drop(r Report, why string) {
+	o.dropped++
+	o.lastDrop = Drop{Report: r.String(), Reason: why, At: o.opts.Now()}
+	o.opts.Log.Error("report dropped: it will never reach GitHub", "report", r.String(), "queued", r.Queued,
+		"attempts", r.Attempts, "reason", why)
 }
 
 // save writes the outbox to its store, dropping the oldest reports when
@@ -377,8 +543,9 @@ func (o *Outbox) save(ctx context.Context) {
 		if len(data) <= maxDocBytes || len(o.reports) == 0 {
 			break
 		}
-		o.drop(o.reports[:1], "the outbox is larger than a state document may be")
-		o.reports = o.reports[1:]
+		// The sizes kept fall short of the document (they should not):
+		// drop by the same rule until it fits.
+		o.fit(len(o.reports)-1, maxDocBytes)
 	}
 	if len(o.reports) == 0 {
 		data = nil
@@ -410,8 +577,10 @@ type Pending struct {
 	// LastError is the most recent failure among them.
 	Failing   int
 	LastError string
-	// Dropped counts the reports given up on since start.
-	Dropped int
+	// Dropped counts the reports given up on since start, and LastDrop
+	// is the last of them.
+	Dropped  int
+	LastDrop Drop
 	// SaveError is set while the outbox cannot be saved.
 	SaveError string
 }
@@ -420,7 +589,7 @@ type Pending struct {
 func (o *Outbox) Pending() Pending {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	p := Pending{Count: len(o.reports), Dropped: o.dropped}
+	p := Pending{Count: len(o.reports), Dropped: o.dropped, LastDrop: o.lastDrop}
 	if o.saveErr != nil {
 		p.SaveError = firstLine(o.saveErr.Error())
 	}

@@ -276,3 +276,96 @@ func TestAdoptKeepsOrderAndTheNewestStatus(t *testing.T) {
 		t.Fatalf("sent %v, want %v", gh.sent, want)
 	}
 }
+
+func planStatus(pr int, commit string, i int) outbox.Report {
+	return outbox.Report{Kind: outbox.Status, Commit: commit, PR: pr, Plan: true,
+		Context: fmt.Sprintf("taloscluster/plan: clusters/c%04d", i), State: "pending", Description: "planning",
+		TargetURL: "https://agent.example/"}
+}
+
+// TestFullOutboxDropsPlansBeforeMerges fills the outbox with the plan
+// statuses of two pull requests, one of them pushed again, after a merge's
+// converge status and comment: the merge's reports and the other pull
+// request's are all kept; the superseded head's go first, then those of
+// the pull request that holds the most. What is owed is told as reports
+// are queued and dropped, not after a delivery pass.
+func TestFullOutboxDropsPlansBeforeMerges(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	c := &clock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	store := state.NewDirStore(t.TempDir())
+	logs := &logBuffer{}
+	o := open(t, store, c, logs, nil)
+	var seen []outbox.Pending
+	o.Observe(func(p outbox.Pending) { seen = append(seen, p) })
+
+	o.Add(ctx, status("merge", "taloscluster/converge: clusters/prod", "success"))
+	o.Add(ctx, comment("merge", "converged clusters/prod"))
+	if last := seen[len(seen)-1]; last.Count != 2 {
+		t.Fatalf("observed %+v after two reports queued", last)
+	}
+	// Queued in batches, as a plan run queues its statuses.
+	for b := range 30 {
+		var batch []outbox.Report
+		for i := range 100 {
+			batch = append(batch, planStatus(12, "p1", b*100+i))
+		}
+		o.Add(ctx, batch...)
+	}
+	for b := range 15 {
+		var batch []outbox.Report
+		for i := range 100 {
+			batch = append(batch, planStatus(13, "q1", b*100+i))
+		}
+		o.Add(ctx, batch...)
+	}
+	p := o.Pending()
+	if p.Dropped == 0 {
+		t.Fatalf("pending %+v: 4,502 reports fit; the test does not fill the outbox", p)
+	}
+	if !strings.Contains(p.LastDrop.Reason, "the outbox is full") || !strings.Contains(p.LastDrop.Reason, "pull request 12") ||
+		!strings.Contains(p.LastDrop.Report, "on p1") {
+		t.Fatalf("last drop %+v: want a plan status of pull request 12, the one that holds the most, dropped because the outbox is full", p.LastDrop)
+	}
+	dropped := p.Dropped
+	for b := range 5 {
+		var batch []outbox.Report
+		for i := range 100 {
+			batch = append(batch, planStatus(12, "p2", b*100+i))
+		}
+		o.Add(ctx, batch...)
+	}
+	p = o.Pending()
+	if !strings.Contains(p.LastDrop.Reason, "pull request 12 was pushed again (p2)") || !strings.Contains(p.LastDrop.Report, "on p1") {
+		t.Fatalf("last drop %+v: want a status of the superseded head p1, dropped for the push", p.LastDrop)
+	}
+	held := map[string]int{}
+	for _, r := range o.Reports() {
+		held[r.Commit]++
+	}
+	if held["merge"] != 2 || held["q1"] != 1500 || held["p2"] != 500 {
+		t.Fatalf("held per commit %v: the merge's 2, pull request 13's 1500 and the new head's 500 must all be kept", held)
+	}
+	if p.Dropped <= dropped || p.Count != len(o.Reports()) {
+		t.Fatalf("pending %+v after the push", p)
+	}
+	// Observed as queued and dropped, before any delivery.
+	if last := seen[len(seen)-1]; last.Count != p.Count || last.Dropped != p.Dropped {
+		t.Fatalf("last observed %+v, want %+v", last, p)
+	}
+	if !strings.Contains(logs.String(), "report dropped") {
+		t.Fatal("the drops are not logged")
+	}
+	// The document fits a Secret, and the merge's reports are delivered
+	// first after a restart.
+	data, err := store.GetAgentDoc(ctx, "outbox.json")
+	if err != nil || len(data) > 768<<10 {
+		t.Fatalf("document of %d bytes, %v", len(data), err)
+	}
+	o = open(t, store, c, logs, nil)
+	gh := &github{}
+	o.Deliver(ctx, gh.send)
+	if len(gh.sent) != p.Count || gh.sent[0] != "merge:taloscluster/converge: clusters/prod=success" || gh.sent[1] != "merge:comment:converged clusters/prod" {
+		t.Fatalf("sent %d reports, first %v", len(gh.sent), gh.sent[:2])
+	}
+}
