@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Telmate/proxmox-api-go/proxmox"
@@ -35,6 +36,11 @@ type Provider struct {
 	http    *http.Client // for the Image Factory
 	log     *slog.Logger
 	factory string
+
+	mu sync.Mutex
+	// created holds the VM this run created for each machine, by
+	// hostname, so a twin another run created is told from it.
+	created map[string]int
 }
 
 var _ reconcile.Infra = (*Provider)(nil)
