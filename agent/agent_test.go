@@ -592,7 +592,7 @@ func TestConvergeRunsTheReviewedPlan(t *testing.T) {
 		t.Fatalf("mutations %v", got)
 	}
 	comments := w.forge.commentsOn(1)
-	if len(comments) != 1 || !strings.Contains(comments[0], "The plan that ran is the plan shown on this pull request at `h1`") ||
+	if len(comments) != 1 || !strings.Contains(comments[0], "The plan that ran is the plan shown on this pull request at `h1`, the reviewed commit; the commit converged is `m1`.") ||
 		strings.Contains(comments[0], "Plan changed since review") {
 		t.Fatalf("converge comments %q; want one saying the reviewed plan ran", comments)
 	}
@@ -608,7 +608,8 @@ func TestConvergeRefusesAnUnreviewedPlanWhenReviewIsRequired(t *testing.T) {
 		comments []string
 	}{
 		{"changed since review", true, "refused: the plan changed since review (1 difference)",
-			[]string{"**Plan changed since review:**", "+ compute provider create machine w9", "The plan that would have run"}},
+			[]string{"**Plan changed since review:** the plan that would have run differs from the plan shown on this pull request at `h1`, the reviewed commit; the commit it would have converged is `m1`",
+				"+ compute provider create machine w9", "The plan that would have run"}},
 		{"never shown", false, "refused: no reviewed plan: none was shown on #1 since the agent started",
 			[]string{"**Plan changed since review:** no plan of this cluster was shown", "+ compute provider create machine w1",
 				"+ compute provider create machine w9"}},

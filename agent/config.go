@@ -52,8 +52,10 @@ type Config struct {
 	// RequireReviewedPlan makes the converge of a merge run only the plan
 	// people reviewed: the plan about to run must equal the last plan the
 	// agent showed on the merged pull request for that cluster (on the
-	// newest one when a run covers several merges). When it
-	// differs (another merge or drift came in between), or no plan is
+	// newest one when a run covers several merges), compared in every
+	// attribute of every step, a new machine's config digest, node labels
+	// and tags included. When it differs (a commit pushed after the plan
+	// was shown, another merge or drift came in between), or no plan is
 	// known (the commit was not merged through a pull request, the pull
 	// request's plan was never shown; shown plans are kept in the
 	// cluster's state when the backend allows, else in memory only), the

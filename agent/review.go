@@ -287,13 +287,13 @@ func (r *review) section(i, pr int, fullURL string) string {
 	}
 	switch {
 	case len(diffs) == 0 && ok:
-		fmt.Fprintf(&b, "%s is the plan shown on this pull request at `%s`.\n", ran, short(shown.commit))
+		fmt.Fprintf(&b, "%s is the plan shown on this pull request at `%s`%s.\n", ran, short(shown.commit), r.commits(shown.commit))
 		return b.String()
 	case len(diffs) == 0:
 		return b.String() // nothing to run, nothing was shown
 	case ok:
-		fmt.Fprintf(&b, "**Plan changed since review:** %s differs from the plan shown on this pull request at `%s` (another merge or drift came in between):\n\n",
-			strings.ToLower(ran[:1])+ran[1:], short(shown.commit))
+		fmt.Fprintf(&b, "**Plan changed since review:** %s differs from the plan shown on this pull request at `%s`%s (a commit pushed after the plan, another merge or drift came in between):\n\n",
+			strings.ToLower(ran[:1])+ran[1:], short(shown.commit), r.commits(shown.commit))
 	default:
 		if _, kept := r.a.progress.(ShownStore); kept {
 			b.WriteString("**Plan changed since review:** no plan of this cluster shown on this pull request is kept in the cluster's state " +
@@ -321,6 +321,19 @@ func (r *review) section(i, pr int, fullURL string) string {
 	}
 	b.WriteString("\n" + ran + ":\n\n" + md)
 	return b.String()
+}
+
+// commits names the commit the run converges next to the reviewed one, the
+// commit its plan was shown at, when they differ: "" when they are one.
+func (r *review) commits(reviewed string) string {
+	if reviewed == "" || reviewed == r.job.Commit {
+		return ""
+	}
+	verb := "converged"
+	if r.refused != "" {
+		verb = "it would have converged"
+	}
+	return fmt.Sprintf(", the reviewed commit; the commit %s is `%s`", verb, short(r.job.Commit))
 }
 
 // diffBlock renders differences as a diff code block, bounded, in a fence

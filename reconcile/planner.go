@@ -97,6 +97,9 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 	if err := add(plan.PhaseCompute); err != nil {
 		return nil, err
 	}
+	if err := describeMachines(p, want); err != nil {
+		return nil, err
+	}
 	creating := slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
 		return ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionCreate
 	})
@@ -136,6 +139,45 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 	}
 	p.Sort()
 	return p, nil
+}
+
+// describeMachines adds to every step that creates a machine what the new
+// node is given besides its size: the digest of its redacted machine config
+// and its Kubernetes node labels. A review of the plan then covers every
+// byte that reaches the node (plan.Differences compares attributes), and
+// no secret is in the plan. Before the cluster identity exists the config
+// is not known; the digest of its user patches stands for it.
+func describeMachines(p *plan.Plan, want *Desired) error {
+	for i, ch := range p.Changes {
+		if ch.Resource.Kind != plan.KindMachine || ch.Action != plan.ActionCreate {
+			continue
+		}
+		j := slices.IndexFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == ch.Resource.Name })
+		if j < 0 {
+			continue
+		}
+		m := want.Machines[j]
+		config := "made from the new identity"
+		if data, ok := want.Configs[m.Hostname]; ok {
+			d, err := machineconfig.Digest(data)
+			if err != nil {
+				return fmt.Errorf("fingerprinting the machine config of %s: %w", m.Hostname, err)
+			}
+			config = d + " (redacted)"
+		} else if d := machineconfig.PatchesDigest(want.Cluster, m.Pool); d != "" {
+			config += ", patches " + d
+		}
+		labels := machineconfig.NodeLabels(want.Cluster, m.Pool)
+		pairs := make([]string, 0, len(labels))
+		for _, k := range slices.Sorted(maps.Keys(labels)) {
+			pairs = append(pairs, k+"="+labels[k])
+		}
+		attrs := append(slices.Clone(ch.Attributes),
+			plan.Attribute{Key: "config", Value: config},
+			plan.Attribute{Key: "labels", Value: strings.Join(pairs, ",")})
+		p.Changes[i].Attributes = attrs
+	}
+	return nil
 }
 
 // planBootstrap adds the wait for addresses, talosconfig and the bootstrap

@@ -83,6 +83,17 @@ func (p *Provider) withVM(ctx context.Context, hostname string, f func(context.C
 		return err
 	}
 	inv := obs.(*inventory)
+	if own, ok := p.createdByThisRun(hostname); ok && inv.duplicates[hostname] != nil {
+		// Another run created a twin of the VM this run created: the
+		// newer of the two is removed by the run that created it.
+		if err := p.keepOne(ctx, hostname, own); err != nil {
+			return err
+		}
+		if obs, err = p.Observe(ctx); err != nil {
+			return err
+		}
+		inv = obs.(*inventory)
+	}
 	if dups, ok := inv.duplicates[hostname]; ok {
 		return fmt.Errorf("%w: %d VMs are named %s now (ids %s); none of them is changed", reconcile.ErrPrecondition, len(dups), hostname, vmIDs(dups))
 	}
@@ -255,34 +266,16 @@ func (p *Provider) uploadCIData(ctx context.Context, want *reconcile.Desired, ho
 	return p.upload(ctx, node, storage, cidataName(hostname), iso)
 }
 
-// createVM creates a machine's VM unless a VM of that name is already
-// owned (a retry after a failure never duplicates it).
+// createVM creates a machine's VM unless a VM of that name exists: the
+// precondition is checked before every attempt, a retry with a fresh id
+// included, and once the VM exists keepOne makes sure it has no twin that
+// another run (another copy of the cluster's state) created meanwhile.
 func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostname, node string) error {
-	inv, err := p.Observe(ctx)
-	if err != nil {
-		return err
-	}
-	if v, ok := inv.(*inventory).owned[hostname]; ok {
-		return fmt.Errorf("%w: VM %s exists now (id %d on %s); another run created it", reconcile.ErrPrecondition, hostname, v.id, v.node)
-	}
-	if dups, ok := inv.(*inventory).duplicates[hostname]; ok {
-		return fmt.Errorf("%w: %d VMs named %s exist now (ids %s); another run created them", reconcile.ErrPrecondition, len(dups), hostname, vmIDs(dups))
-	}
-	if id, ok := inv.(*inventory).foreign[hostname]; ok {
-		return fmt.Errorf("%w: a VM named %s (id %d) exists now and is not this cluster's", reconcile.ErrPrecondition, hostname, id)
-	}
-	for _, v := range inv.(*inventory).misplaced {
-		if v.name == hostname {
-			return fmt.Errorf("%w: a VM named %s (id %d) exists now and %s", reconcile.ErrPrecondition, hostname, v.id, v.reason)
-		}
-	}
 	i := slices.IndexFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == hostname })
 	if i < 0 {
 		return fmt.Errorf("%s is not a desired machine", hostname)
 	}
 	m := want.Machines[i]
-	ctx, cancel := p.callCtx(ctx)
-	defer cancel()
 	bootName, _, err := p.bootISO()
 	if err != nil {
 		return err
@@ -290,25 +283,39 @@ func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostna
 	// /cluster/nextid reserves nothing: another client (a second agent
 	// replica, a person in the web UI) may take the same id between the
 	// two calls, and Proxmox then refuses the create with "VM <id> already
-	// exists", having created nothing. A fresh id is asked for then.
+	// exists", having created nothing. A fresh id is asked for then, after
+	// the precondition is checked again: the other client may be another
+	// run creating this very machine.
 	for attempt := 1; ; attempt++ {
-		id, err := p.api.GetNextID(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("allocating a VM id for %s: %w", hostname, err)
+		if err := p.absent(ctx, hostname); err != nil {
+			return err
 		}
-		params := p.vmParams(m, int(id), bootName)
-		status, err := p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu", node))
-		err = taskDone(status, err)
+		id, err := p.createOnce(ctx, m, node, bootName)
 		if err != nil && attempt < idAttempts && strings.Contains(err.Error(), fmt.Sprintf("VM %d already exists", id)) {
-			p.log.Info("VM id taken meanwhile; asking for another", "cluster", p.c.Name, "vm", hostname, "id", int(id))
+			p.log.Info("VM id taken meanwhile; checking again and asking for another", "cluster", p.c.Name, "vm", hostname, "id", id)
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("creating VM %s (id %d) on %s: %w", hostname, id, node, err)
 		}
-		p.log.Info("created vm", "cluster", p.c.Name, "vm", hostname, "id", int(id), "node", node)
-		return nil
+		p.log.Info("created vm", "cluster", p.c.Name, "vm", hostname, "id", id, "node", node)
+		p.remember(hostname, id)
+		return p.keepOne(ctx, hostname, id)
 	}
+}
+
+// createOnce asks for a VM id and creates the VM with it, under one call's
+// deadline.
+func (p *Provider) createOnce(ctx context.Context, m machineconfig.Machine, node, bootName string) (int, error) {
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	id, err := p.api.GetNextID(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("allocating a VM id: %w", err)
+	}
+	params := p.vmParams(m, int(id), bootName)
+	status, err := p.api.PostWithTask(ctx, params, fmt.Sprintf("/nodes/%s/qemu", node))
+	return int(id), taskDone(status, err)
 }
 
 // idAttempts bounds the VM ids tried for one create when others take them

@@ -345,6 +345,7 @@ func (p *Provider) planCompute(want *reconcile.Desired, inv *inventory) ([]plan.
 			plan.Attribute{Key: "storage", Value: px.Storage},
 			plan.Attribute{Key: "bridge", Value: p.clusterBridge()},
 			plan.Attribute{Key: "mac", Value: m.ClusterMAC},
+			plan.Attribute{Key: "tags", Value: strings.Join(p.vmTags(m), ";")},
 			plan.Attribute{Key: "talos", Value: p.c.Talos.Version},
 			plan.Attribute{Key: "kubernetes", Value: p.c.Kubernetes.Version})
 		step(plan.ActionCreate, plan.KindFirewallRule, m.Hostname, fmt.Sprintf("per-VM firewall: policy in DROP, %d accept rules; then the VM is started", len(desiredRules)),

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/Telmate/proxmox-api-go/proxmox"
@@ -36,6 +37,11 @@ type Provider struct {
 	http    *http.Client // for the Image Factory
 	log     *slog.Logger
 	factory string
+
+	mu sync.Mutex
+	// created holds the VM this run created for each machine, by
+	// hostname, so a twin another run created is told from it.
+	created map[string]int
 }
 
 var _ reconcile.Infra = (*Provider)(nil)

@@ -12,6 +12,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/runtime/extensions"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
+
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
 // Redaction replaces every secret value in a redacted config.
@@ -176,4 +178,50 @@ func DiffBytes(old, new []byte) (string, error) {
 	}
 
 	return Diff(a, b)
+}
+
+// Digest is a fingerprint of an encoded machine config that is safe to
+// show: "sha256:" and the first 16 hex digits of the SHA-256 of its
+// redacted form. Two configs that differ in anything a redacted diff
+// would show have different digests; the secrets themselves are not
+// hashed, only the redaction and certificate fingerprints that stand for
+// them.
+func Digest(data []byte) (string, error) {
+	cfg, err := Parse(data)
+	if err != nil {
+		return "", err
+	}
+
+	text, err := Encode(Redacted(cfg))
+	if err != nil {
+		return "", err
+	}
+
+	sum := sha256.Sum256(text)
+
+	return "sha256:" + hex.EncodeToString(sum[:8]), nil
+}
+
+// PatchesDigest is a fingerprint of the user patches a machine of pool p
+// gets (talos.config_patches, then the pool's config_patches), in the form
+// of Digest; "" when there are none. It stands for the config of a machine
+// whose config is not known yet because the cluster identity does not exist.
+func PatchesDigest(c *spec.Cluster, p spec.Pool) string {
+	h := sha256.New()
+	n := 0
+
+	for _, patches := range [][]string{c.Talos.ConfigPatches, p.ConfigPatches} {
+		for _, text := range patches {
+			fmt.Fprintf(h, "%d\n%s\n", len(text), text)
+			n++
+		}
+
+		_, _ = h.Write([]byte("--\n"))
+	}
+
+	if n == 0 {
+		return ""
+	}
+
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)[:8])
 }

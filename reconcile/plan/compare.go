@@ -8,9 +8,13 @@ import (
 
 // Differences lists how now differs from shown, the plan a person reviewed:
 // steps and refusals that were added ("+ ...") or are gone ("- ..."), in
-// now's order then shown's. Attributes, reasons and diffs are compared too,
-// so a step whose details changed appears as gone and added. It returns
-// nil when the two plans would do the same.
+// now's order then shown's. Every attribute of every step and the
+// fingerprint of its diff are compared too, so a step whose details changed
+// appears as gone and added: a machine's create step carries the digest of
+// its redacted config, its node labels and its provider tags, so a change
+// to any byte that reaches a new node shows. Reasons and expectations are
+// prose for a person (they may quote what was observed) and are left out.
+// It returns nil when the two plans would do the same.
 func Differences(shown, now *Plan) []string {
 	a, b := lines(shown), lines(now)
 	var out []string
