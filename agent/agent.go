@@ -995,6 +995,11 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 		sec.Result, desc = "destroy", "destroy: "+pl.Summary()
 		sec.Summary = "**destroy:** merging deletes every machine and resource below, and the cluster's identity. " + sec.Summary
 	}
+	if pl.Incomplete {
+		result, state = metrics.ResultFailure, gh.StateFailure
+		desc = "incomplete: " + pl.IncompleteReasons[0]
+		sec.Result = "incomplete"
+	}
 	if len(pl.Refusals) > 0 {
 		result, state = metrics.ResultRefused, gh.StateFailure
 		desc = "refused: " + pl.Refusals[0].Reason
@@ -1007,7 +1012,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
 	})
 	run := httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: pl.Summary(), Duration: time.Since(started), PlanID: id}
-	if result == metrics.ResultRefused {
+	if result != metrics.ResultSuccess {
 		run.Detail = desc
 	}
 	a.addRun(cluster, run)
@@ -1098,6 +1103,18 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 		}
 		a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
 		a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "failure", Detail: reason, Duration: time.Since(started)})
+		return false
+	}
+	if pl.Incomplete {
+		// What could not be read may differ from cluster.yaml: neither
+		// drift nor in sync.
+		reason := firstLine(a.redact.String("incomplete: " + strings.Join(pl.IncompleteReasons, "; ")))
+		a.log.Warn("drift check incomplete", "cluster", c, "commit", head, "reason", reason)
+		if a.metrics != nil {
+			a.metrics.DriftCheckFailed(c)
+		}
+		a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
+		a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "unknown", Detail: reason, Duration: time.Since(started)})
 		return false
 	}
 	drifted := !pl.Empty()

@@ -876,7 +876,7 @@ func TestDriftCheckErrorIsRecorded(t *testing.T) {
 		t.Fatalf("status %+v; want the failed drift check, not drift", st.Clusters)
 	}
 	page := w.get("/")
-	if !strings.Contains(page, "drift check failed: listing VMs: 401 for token [redacted]") || strings.Contains(page, "in sync") {
+	if !strings.Contains(page, "drift unknown: listing VMs: 401 for token [redacted]") || strings.Contains(page, "in sync") {
 		t.Fatalf("the status page does not say the drift check failed:\n%s", page)
 	}
 	if !w.metric(`taloscluster_cluster_drift_check_success{cluster="clusters/a"} 0`) {
@@ -900,7 +900,7 @@ func TestDriftCheckErrorIsRecorded(t *testing.T) {
 	if !w.metric(`taloscluster_cluster_drift_check_success{cluster="clusters/a"} 0`) || !w.metric(`taloscluster_cluster_drift{cluster="clusters/a"} 1`) {
 		t.Errorf("metrics after a failed check of a drifted cluster:\n%s", w.get("/metrics"))
 	}
-	if page := w.get("/"); !strings.Contains(page, "drift check failed: proxmox: 503") || !strings.Contains(page, "the last check that worked found drift") {
+	if page := w.get("/"); !strings.Contains(page, "drift unknown: proxmox: 503") || !strings.Contains(page, "the last check that worked found drift") {
 		t.Errorf("status page:\n%s", page)
 	}
 

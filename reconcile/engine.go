@@ -31,6 +31,12 @@ const (
 // anything; the plan's refusals say why.
 var ErrRefused = errors.New("converge refused")
 
+// ErrIncomplete is returned by converge when a part of the cluster could
+// not be read: it ran the steps that did not depend on it, and what it
+// could not read was not compared with cluster.yaml. It is transient: the
+// part may answer again.
+var ErrIncomplete = errors.New("the cluster could not be read completely")
+
 // ErrUnreachable is returned (with ErrRefused) when a cluster that was
 // bootstrapped before does not answer: converge changed nothing.
 var ErrUnreachable = errors.New("existing cluster is unreachable")
@@ -259,13 +265,34 @@ func (e *Engine) converge(ctx context.Context) error {
 			return err
 		}
 	}
+	for _, w := range p.Warnings {
+		e.say(plan.PhaseValidate, "warning: %s", w)
+	}
 	n := executable(p)
-	if n == 0 {
+	switch {
+	case n == 0 && p.Incomplete:
+	case n == 0 && len(p.Warnings) > 0:
+		e.say(plan.PhaseHealth, "nothing to change; %d warning(s) above", len(p.Warnings))
+		return nil
+	case n == 0:
 		e.say(plan.PhaseHealth, "no changes: the cluster matches cluster.yaml")
 		return nil
+	default:
+		e.say(plan.PhaseValidate, "plan: %s", p.Summary())
+		if err := e.execute(ctx, p, want); err != nil {
+			return err
+		}
 	}
-	e.say(plan.PhaseValidate, "plan: %s", p.Summary())
-	return e.execute(ctx, p, want)
+	if p.Incomplete {
+		return incomplete(p)
+	}
+	return nil
+}
+
+// incomplete is the error of a converge whose plan could not read part of
+// the cluster.
+func incomplete(p *plan.Plan) error {
+	return retry.Transient(fmt.Errorf("%w: %s; run converge again once it answers", ErrIncomplete, strings.Join(p.IncompleteReasons, "; ")))
 }
 
 // Journal records the intent of mutations (state.Journal).

@@ -26,6 +26,9 @@ type run struct {
 	bundle *secrets.Bundle
 	tc     *talos.Client
 	tcFor  string // the endpoints tc was made for
+	// addrs are the machines' addresses, by hostname, as waitAddresses
+	// last saw them.
+	addrs map[string]string
 }
 
 // execute runs the plan's steps in order, each recorded in the journal
@@ -166,6 +169,7 @@ func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
 		inv, err := e.Infra.Observe(ctx)
 		missing = missing[:0]
 		var addrs []string
+		all := map[string]string{}
 		if err == nil {
 			for _, m := range r.want.Machines {
 				have, ok := machineNamed(inv, m.Hostname)
@@ -178,11 +182,15 @@ func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
 					missing = append(missing, m.Hostname+" (running, no address: "+have.NoAddress+")")
 				case len(have.Addresses) == 0:
 					missing = append(missing, m.Hostname+" (running, no address reported yet)")
-				case slices.Contains(cps, m.Hostname):
-					addrs = append(addrs, have.Addresses[0].String())
+				default:
+					all[m.Hostname] = have.Addresses[0].String()
+					if slices.Contains(cps, m.Hostname) {
+						addrs = append(addrs, have.Addresses[0].String())
+					}
 				}
 			}
 			if len(missing) == 0 {
+				r.addrs = all
 				return addrs, nil
 			}
 		} else if ctx.Err() == nil && !retry.IsTransient(err) {
@@ -308,8 +316,8 @@ func (r *run) writeKubeconfig(ctx context.Context) error {
 	return nil
 }
 
-// waitHealthy waits until every desired machine is a Ready node and the
-// etcd members are exactly the control planes. Every ReportEvery it says
+// waitHealthy waits until every desired machine is a Ready node whose
+// Talos API answers and the etcd members are exactly the control planes. Every ReportEvery it says
 // what it still waits for, with the last error.
 func (r *run) waitHealthy(ctx context.Context) error {
 	e := r.e
@@ -365,6 +373,13 @@ func (r *run) unhealthy(ctx context.Context, tc *talos.Client, kc *kube.Client, 
 	}
 	if len(missing) > 0 {
 		return "not Ready yet: " + strings.Join(missing, ", ")
+	}
+	for _, m := range r.want.Machines {
+		if addr, ok := r.addrs[m.Hostname]; ok {
+			if _, err := tc.Version(ctx, addr); err != nil {
+				return m.Hostname + " does not answer the Talos API: " + err.Error()
+			}
+		}
 	}
 	var last error
 	for _, addr := range cps {

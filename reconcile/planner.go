@@ -121,7 +121,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		}
 		p.Add(plan.Change{Phase: plan.PhaseHealth, Domain: plan.DomainGate, Action: plan.ActionWait,
 			Resource: plan.Resource{Kind: plan.KindCluster, Name: c.Name},
-			Reason:   fmt.Sprintf("health barrier: all %d machines are Ready nodes and the etcd members are the %d control planes (%s)", len(want.Machines), len(controlPlanes(want)), why),
+			Reason:   fmt.Sprintf("health barrier: all %d machines are Ready nodes whose Talos API answers and the etcd members are the %d control planes (%s)", len(want.Machines), len(controlPlanes(want)), why),
 			Expects:  "the Kubernetes API and a control plane's etcd answer",
 			Op:       waitHealthy{}})
 	}
@@ -133,7 +133,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 			p.Warn(msg)
 		}
 	}
-	warnUnknownNodes(p, obs)
+	markUnread(p, obs)
 	for _, name := range pluginNames(c) {
 		p.Warn(fmt.Sprintf("the %s section is validated, but this version does not run plugins yet; converge will not touch it", name))
 	}
@@ -454,17 +454,23 @@ func unhealthy(want *Desired, obs *Observation) string {
 	return strings.Join(why, "; ")
 }
 
-// warnUnknownNodes says which nodes could not be compared with
-// cluster.yaml, and why.
-func warnUnknownNodes(p *plan.Plan, obs *Observation) {
+// markUnread makes the plan incomplete for each fact of the running
+// cluster that could not be read and that the plan compares with
+// cluster.yaml: a node's Talos API (its version and config), a node's
+// running machine config, and the etcd members of a bootstrapped
+// cluster. Nothing unread is taken for equal.
+func markUnread(p *plan.Plan, obs *Observation) {
 	for _, h := range slices.Sorted(maps.Keys(obs.Nodes)) {
 		n := obs.Nodes[h]
 		switch {
 		case n.Unknown != "":
-			p.Warn(fmt.Sprintf("%s (%s) did not answer the Talos API (%s): its version and machine config were not compared with cluster.yaml", h, n.Address, n.Unknown))
+			p.Unread(fmt.Sprintf("the Talos API of %s (%s), so its version and machine config", h, n.Address), n.Unknown)
 		case n.ConfigUnknown != "":
-			p.Warn(fmt.Sprintf("%s: its running machine config could not be read (%s) and was not compared with cluster.yaml", h, n.ConfigUnknown))
+			p.Unread("the running machine config of "+h, n.ConfigUnknown)
 		}
+	}
+	if yes, _ := obs.Bootstrapped(); !obs.Offline && obs.Etcd.Unknown != "" && yes {
+		p.Unread("the etcd members", obs.Etcd.Unknown)
 	}
 }
 

@@ -29,14 +29,26 @@ func Markdown(p *plan.Plan) string {
 	if s.Commit != "" {
 		b.WriteString(" at commit " + mdEscape(s.Commit))
 	}
-	if s.Empty() {
+	switch {
+	case s.Empty() && s.Incomplete:
+		b.WriteString(": **incomplete.** What could not be read was not compared with cluster.yaml, so this is not \"no changes\".\n")
+	case s.Empty() && len(s.Warnings) > 0:
+		b.WriteString(": nothing to change; " + plural(len(s.Warnings), "warning", "warnings") + ".\n")
+	case s.Empty():
 		b.WriteString(": no changes. Converge would leave the cluster as it is.\n")
-	} else {
+	default:
 		n := s.Counts()
 		// Summary is made of numbers and fixed words, safe in a code span.
 		b.WriteString(": " + countsSentence(n) + " (`" + s.Summary() + "`).\n")
 		if n.Refused > 0 {
 			b.WriteString("\n> [!CAUTION]\n> **" + refusedSentence(n.Refused) + ".** The refused changes are listed below.\n")
+		}
+	}
+	if s.Incomplete {
+		// Outside the fold: nobody may miss that the plan is partial.
+		b.WriteString("\n> [!WARNING]\n> **Incomplete:** the plan compares only what could be read.\n")
+		for _, why := range s.IncompleteReasons {
+			b.WriteString("> - " + mdEscape(why) + "\n")
 		}
 	}
 	if s.Empty() && len(s.Warnings) == 0 {

@@ -18,9 +18,12 @@ const diffIndent = "      "
 //	<symbol> <kind> <name>  <reason> [key=value ...]
 //
 // with any diff indented below its change, then the warnings
-// ("warning: ...") and refusals ("refused: <kind> <name>: <reason>"), and
+// ("warning: ..."), refusals ("refused: <kind> <name>: <reason>") and what
+// could not be read ("incomplete: <what> could not be read: <reason>"), and
 // last a totals line and the plan's Summary. An empty plan says that
-// nothing would change. The output is written with a single Write.
+// nothing would change, unless it is incomplete; an empty plan with
+// warnings says "Nothing to change; N warnings:" and lists them. The
+// output is written with a single Write.
 func Text(w io.Writer, p *plan.Plan) error {
 	s := p.Sorted()
 	var b strings.Builder
@@ -36,24 +39,38 @@ func Text(w io.Writer, p *plan.Plan) error {
 		writeTextChanges(&b, g.changes)
 	}
 
-	if len(s.Warnings) > 0 || len(s.Refusals) > 0 {
+	// An empty plan with warnings lists them under its last line.
+	quietWarnings := s.Empty() && !s.Incomplete && len(s.Warnings) > 0
+	if (len(s.Warnings) > 0 && !quietWarnings) || len(s.Refusals) > 0 || s.Incomplete {
 		b.WriteString("\n")
 	}
-	for _, msg := range s.Warnings {
-		b.WriteString("warning: " + clean(msg) + "\n")
+	if !quietWarnings {
+		writeWarnings(&b, s.Warnings)
 	}
 	for _, r := range s.Refusals {
 		fmt.Fprintf(&b, "refused: %s %s: %s\n", clean(string(r.Resource.Kind)), clean(r.Resource.Name), clean(r.Reason))
 	}
+	for _, why := range s.IncompleteReasons {
+		b.WriteString("incomplete: " + clean(why) + "\n")
+	}
 
 	b.WriteString("\n")
-	if s.Empty() {
+	switch {
+	case s.Empty() && s.Incomplete:
+		b.WriteString("Incomplete: what could not be read was not compared with cluster.yaml, so this is not \"no changes\".\n")
+	case quietWarnings:
+		b.WriteString("Nothing to change; " + plural(len(s.Warnings), "warning", "warnings") + ":\n")
+		writeWarnings(&b, s.Warnings)
+	case s.Empty():
 		b.WriteString("No changes: converge would leave the cluster as it is.\n")
-	} else {
+	default:
 		n := s.Counts()
 		b.WriteString("Plan: " + countsSentence(n) + ".\n")
 		if n.Refused > 0 {
 			b.WriteString(refusedSentence(n.Refused) + ".\n")
+		}
+		if s.Incomplete {
+			b.WriteString("Incomplete: what could not be read was not compared with cluster.yaml and may need more changes.\n")
 		}
 		b.WriteString("Summary: " + s.Summary() + "\n")
 	}
@@ -106,5 +123,11 @@ func writeTextChanges(b *strings.Builder, changes []plan.Change) {
 			}
 			b.WriteString(diffIndent + l + "\n")
 		}
+	}
+}
+
+func writeWarnings(b *strings.Builder, warnings []string) {
+	for _, msg := range warnings {
+		b.WriteString("warning: " + clean(msg) + "\n")
 	}
 }

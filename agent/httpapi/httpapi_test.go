@@ -336,8 +336,8 @@ func TestStatusPageShowsAFailedDriftCheckAndRetries(t *testing.T) {
 		t.Fatalf("GET /: %d", res.code)
 	}
 	for _, want := range []string{
-		`<span class="failure">drift check failed: listing VMs: 401 &lt;script&gt;`,
-		`drift check failed: proxmox: 503</span> (the last check that worked found drift)`,
+		`<span class="failure">drift unknown: listing VMs: 401 &lt;script&gt;`,
+		`drift unknown: proxmox: 503</span> (the last check that worked found drift)`,
 		`converge (attempt 2, not before <time datetime="2026-03-01T12:01:00Z">2026-03-01 12:01:00 UTC</time>)`,
 	} {
 		if !strings.Contains(res.body, want) {

@@ -144,7 +144,7 @@ section.cluster { border-top: 2px solid #ccc; margin-top: 2rem; }
 {{end}}</ul>
 {{end}}{{else}}<p>No check has run yet: updates show after the first one, one drift interval after the agent started.</p>
 {{end}}<h3>Drift</h3>
-<p>{{if .DriftError}}<span class="failure">drift check failed: {{.DriftError}}</span>{{if .Drift}} (the last check that worked found drift){{end}}{{else if .Drift}}<span class="drift">drift</span>: {{.DriftSummary}}{{else if .DriftChecked.IsZero}}No drift check has run yet.{{else}}in sync{{end}}{{if not .DriftChecked.IsZero}} (checked <time datetime="{{iso .DriftChecked}}">{{when .DriftChecked}}</time>){{end}}{{if and .Drift (not .DriftError) .DriftPlanID}} <a href="plans/{{.DriftPlanID}}">plan</a>{{end}}</p>
+<p>{{if .DriftError}}<span class="failure">drift unknown: {{.DriftError}}</span>{{if .Drift}} (the last check that worked found drift){{end}}{{else if .Drift}}<span class="drift">drift</span>: {{.DriftSummary}}{{else if .DriftChecked.IsZero}}No drift check has run yet.{{else}}in sync{{end}}{{if not .DriftChecked.IsZero}} (checked <time datetime="{{iso .DriftChecked}}">{{when .DriftChecked}}</time>){{end}}{{if and .Drift (not .DriftError) .DriftPlanID}} <a href="plans/{{.DriftPlanID}}">plan</a>{{end}}</p>
 {{if and .Drift (not .DriftError) .DriftChanges}}<ul class="drift-changes">
 {{range .DriftChanges}}<li>{{.}}</li>
 {{end}}{{if .DriftMore}}<li>and {{.DriftMore}} more (see the plan)</li>

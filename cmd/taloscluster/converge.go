@@ -78,7 +78,7 @@ func newConverge() *cobra.Command {
 			}
 			e.Holder, e.WaitLock = "taloscluster converge", wait
 			if err := e.Converge(cmd.Context()); err != nil {
-				if errors.Is(err, reconcile.ErrRefused) || errors.Is(err, reconcile.ErrUnreachable) {
+				if errors.Is(err, reconcile.ErrRefused) || errors.Is(err, reconcile.ErrUnreachable) || errors.Is(err, reconcile.ErrIncomplete) {
 					return &exitError{code: 1, msg: err.Error()}
 				}
 				return err
@@ -137,7 +137,7 @@ func printPlan(cmd *cobra.Command, e *reconcile.Engine, output string) error {
 	if err := render(cmd.OutOrStdout(), p); err != nil {
 		return fmt.Errorf("writing the plan: %w", err)
 	}
-	if len(p.Refusals) > 0 {
+	if len(p.Refusals) > 0 || p.Incomplete {
 		return &exitError{code: 1}
 	}
 	return nil

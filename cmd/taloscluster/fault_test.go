@@ -53,9 +53,10 @@ const (
 	// outcomeResumes: the run was cut short by our own crash; the next run
 	// completes what it left, without redoing what was done.
 	outcomeResumes = "resumes"
-	// outcomeWarns: the plan is made; what could not be read is named in a
-	// warning and left out of the comparison, never taken for empty.
-	outcomeWarns = "warns"
+	// outcomeIncomplete: the plan is made and marked incomplete; what could
+	// not be read is named in its incomplete reasons and left out of the
+	// comparison, never taken for empty.
+	outcomeIncomplete = "incomplete"
 )
 
 // faultCell is one cell of the matrix. The engine fields drive
@@ -92,7 +93,7 @@ type faultCell struct {
 	// right after the lab recorded the mutation it waits for.
 	crashed func(e *cellEnv) bool
 	// failure is what the error (or a plan's refusal) of a failing run,
-	// or a warning of a plan that warns, must say.
+	// or an incomplete reason of an incomplete plan, must say.
 	failure string
 	// boot is the engine's boot timeout for the faulted run; zero means
 	// faultBootTimeout.
@@ -196,11 +197,11 @@ func engineCells() []faultCell {
 			failure: `detaching the ISOs of fault-controlplane-01: .*(connection reset|EOF)`},
 
 		// The Talos API of the control plane.
-		{system: "talos", kind: "error", phase: "plan", outcome: outcomeWarns, net: "127.132.0.0/24",
+		{system: "talos", kind: "error", phase: "plan", outcome: outcomeIncomplete, net: "127.132.0.0/24",
 			fault: "the node's Version call fails with Internal", existing: true,
 			inject:  func(_ *testing.T, e *cellEnv) { e.lab.Talos.FailCalls(e.node(), "Version", 1, codes.Internal) },
 			met:     talosMet("Version", "fail"),
-			failure: `fault-controlplane-01 \(127\.132\.0\.100\) did not answer the Talos API \(.*Internal.*\): its version and machine config were not compared`},
+			failure: `the Talos API of fault-controlplane-01 \(127\.132\.0\.100\), so its version and machine config could not be read: .*Internal`},
 		{system: "talos", kind: "error", phase: "converge-bootstrap", outcome: outcomeFails, net: "127.133.0.0/24",
 			fault:   "Bootstrap fails with Internal",
 			inject:  func(_ *testing.T, e *cellEnv) { e.lab.Talos.FailCalls(e.node(), "Bootstrap", 1, codes.Internal) },
@@ -660,8 +661,8 @@ func runEngineCell(t *testing.T, c faultCell) {
 	outputs = append(outputs, clean.String())
 	code, stdout, stderr := cli(t, "plan", "-C", e.dir)
 	outputs = append(outputs, stdout, stderr)
-	if code != 0 || !strings.Contains(stdout, "No changes") {
-		t.Errorf("plan after the clean run: exit %d, want 0 and no changes\n%s%s", code, stdout, stderr)
+	if code != 0 || !strings.Contains(stdout, "Nothing to change; 1 warning:\nwarning: cluster.yaml:13: controlplane.count: single controlplane, no HA") {
+		t.Errorf("plan after the clean run: exit %d, want 0 and nothing to change but the one warning\n%s%s", code, stdout, stderr)
 	}
 	if before == nil {
 		t.Fatalf("no %s after the clean run", reconcile.TalosSecretsFile)
@@ -677,7 +678,7 @@ func runEngineCell(t *testing.T, c faultCell) {
 func checkOutcome(t *testing.T, c faultCell, out string, err error, p *plan.Plan, crashed bool) {
 	t.Helper()
 	switch c.outcome {
-	case outcomeRecovers, outcomeWarns:
+	case outcomeRecovers, outcomeIncomplete:
 		if err != nil {
 			t.Fatalf("the run failed, want it to recover: %v\n%s", err, out)
 		}
@@ -691,13 +692,13 @@ func checkOutcome(t *testing.T, c faultCell, out string, err error, p *plan.Plan
 				t.Fatalf("the plan does not create the new worker: %s", p.Summary())
 			}
 		}
-		if c.outcome == outcomeWarns {
-			if p == nil || !slices.ContainsFunc(p.Warnings, regexp.MustCompile(c.failure).MatchString) {
-				var warnings []string
+		if c.outcome == outcomeIncomplete {
+			if p == nil || !p.Incomplete || !slices.ContainsFunc(p.IncompleteReasons, regexp.MustCompile(c.failure).MatchString) {
+				var reasons []string
 				if p != nil {
-					warnings = p.Warnings
+					reasons = p.IncompleteReasons
 				}
-				t.Fatalf("no warning says %q: %q", c.failure, warnings)
+				t.Fatalf("the plan is not incomplete with a reason that says %q: %q", c.failure, reasons)
 			}
 		}
 	case outcomeFails:

@@ -121,6 +121,13 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 	if !inv.offline && !inv.clusterFirewall {
 		out = append(out, refuse(plan.KindFirewallOptions, "datacenter", "the Proxmox datacenter firewall is disabled, so per-VM firewall rules would not be enforced; enable it under Datacenter > Firewall > Options"))
 	}
+	for _, storage := range slices.Sorted(maps.Keys(inv.missingStorage)) {
+		key := "proxmox.iso_storage"
+		if storage != px.ISOStorage {
+			key = "proxmox.cidata_storage"
+		}
+		out = append(out, refuse(plan.KindCluster, p.c.Name, fmt.Sprintf("%s %s: Proxmox answers %q; configure the storage or name one that exists", key, storage, inv.missingStorage[storage])))
+	}
 	if px.Network.SDN != nil {
 		out = append(out, refuse(plan.KindVNet, px.Network.SDN.Name, "a managed SDN cluster network (proxmox.network.cluster.sdn) is not supported yet; use a bridge or an existing vnet"))
 	}

@@ -237,7 +237,7 @@ func TestEveryKeyIsPlannedOrRefused(t *testing.T) {
 		{"security.metrics", "{port: 9100, hosts: {mon: 198.51.100.7/32}}", "refused: the running machine config differs"},
 		{"tailscale", "{}", "refused: the running machine config differs"},
 		{"proxmox.storage", "local-zfs", "refused: proxmox.storage changed"},
-		{"proxmox.iso_storage", "other", "step: create image"},
+		{"proxmox.iso_storage", "other", "refused: proxmox.iso_storage other: Proxmox answers \"storage 'other' does not exist\""},
 		{"proxmox.network.cluster.bridge", "vmbr1", "refused: the cluster NIC would move"},
 		{"proxmox.nodes", "[pve1]", "warning: which proxmox.nodes does not list"},
 		{"proxmox.image_factory", "https://factory.example.org", "refused: the running machine config differs"},

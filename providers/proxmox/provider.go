@@ -208,6 +208,9 @@ type inventory struct {
 	foreign   map[string]int // VMs with a desired name that are not ours: name -> vmid
 	// isos are the boot and config ISOs present, by "node/volid".
 	isos map[string]bool
+	// missingStorage are the ISO storages Proxmox does not have, with its
+	// answer.
+	missingStorage map[string]string
 }
 
 // misplacedVM is a VM that carries this cluster's ownership tags but sits
@@ -226,7 +229,7 @@ func (p *Provider) Empty() reconcile.Inventory {
 }
 
 func newInventory(offline bool) *inventory {
-	return &inventory{offline: offline, owned: map[string]*vm{}, duplicates: map[string][]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}}
+	return &inventory{offline: offline, owned: map[string]*vm{}, duplicates: map[string][]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}, missingStorage: map[string]string{}}
 }
 
 // Machines lists the owned VMs by hostname; the VMs that share a hostname
@@ -512,10 +515,20 @@ func (p *Provider) observeISOs(ctx context.Context, inv *inventory) error {
 				// sleeps, which do not watch the context, for every node.)
 				return fmt.Errorf("listing ISOs on %s: %w", node, ctx.Err())
 			}
-			if err != nil {
+			if notOnNode(err) {
 				// A storage that is not on this node holds no ISO here.
 				p.log.Debug("listing ISOs", "node", node, "storage", storage, "error", err)
 				continue
+			}
+			if msg, ok := noSuchStorage(err); ok {
+				// Nothing can be on it: the plan refuses the key.
+				inv.missingStorage[storage] = msg
+				continue
+			}
+			if err != nil {
+				// Unread is not empty: a config ISO left there holds a
+				// machine config, and its deletion must not be dropped.
+				return fmt.Errorf("listing the ISOs of storage %s on %s: %w", storage, node, err)
 			}
 			for _, item := range list {
 				m, _ := item.(map[string]any)
@@ -524,6 +537,36 @@ func (p *Provider) observeISOs(ctx context.Context, inv *inventory) error {
 		}
 	}
 	return nil
+}
+
+// notOnNode reports whether err is Proxmox's answer for a storage that is
+// not available on the node asked (pve-storage storage_check_enabled:
+// "storage '<s>' is not available on node '<n>'").
+func notOnNode(err error) bool {
+	var ptr *proxmox.ApiError
+	if errors.As(err, &ptr) {
+		return strings.Contains(ptr.Message, "is not available on node")
+	}
+	var val proxmox.ApiError
+	return errors.As(err, &val) && strings.Contains(val.Message, "is not available on node")
+}
+
+// noSuchStorage reports whether err is Proxmox's answer for a storage that
+// is not configured at all (pve-storage storage_config: "storage '<s>'
+// does not exist"), with that message.
+func noSuchStorage(err error) (string, bool) {
+	var ae proxmox.ApiError
+	var ptr *proxmox.ApiError
+	switch {
+	case errors.As(err, &ptr):
+		ae = *ptr
+	case !errors.As(err, &ae):
+		return "", false
+	}
+	if strings.HasPrefix(ae.Message, "storage '") && strings.HasSuffix(ae.Message, "' does not exist") {
+		return ae.Message, true
+	}
+	return "", false
 }
 
 // refused reports whether the API refused the credentials (401).

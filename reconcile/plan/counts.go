@@ -70,9 +70,12 @@ func (p *Plan) Counts() Counts {
 // "no changes", followed by its warnings if it has any.
 func (p *Plan) Summary() string {
 	var parts []string
-	if p.Empty() {
+	switch {
+	case p != nil && p.Incomplete && p.Empty():
+		parts = append(parts, fmt.Sprintf("incomplete (%s)", plural(len(p.IncompleteReasons), "fact", "facts")+" not read"))
+	case p.Empty():
 		parts = append(parts, "no changes")
-	} else {
+	default:
 		n := p.Counts()
 		parts = append(parts, fmt.Sprintf("+%d ~%d -%d", n.Create, n.Update, n.Delete))
 		parts = appendCount(parts, n.Replace, "replacement", "replacements")
@@ -80,6 +83,9 @@ func (p *Plan) Summary() string {
 		parts = appendCount(parts, n.Bootstrap, "bootstrap", "bootstraps")
 		parts = appendCount(parts, n.Wait, "wait", "waits")
 		parts = appendCount(parts, n.Refused, "refused", "refused")
+		if p.Incomplete {
+			parts = append(parts, fmt.Sprintf("incomplete (%s)", plural(len(p.IncompleteReasons), "fact", "facts")+" not read"))
+		}
 	}
 	if p != nil {
 		parts = appendCount(parts, len(p.Warnings), "warning", "warnings")
@@ -101,4 +107,12 @@ func appendCount(parts []string, n int, one, many string) []string {
 	default:
 		return append(parts, fmt.Sprintf("%d %s", n, many))
 	}
+}
+
+// plural returns "1 one" or "n many".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -145,6 +145,12 @@ type Plan struct {
 	Warnings []string `json:"warnings"`
 	// Refusals are the changes converge will not make.
 	Refusals []Refusal `json:"refusals"`
+	// Incomplete is set when a part of the cluster could not be read: the
+	// plan compares only what was read, so it is never "no changes".
+	Incomplete bool `json:"incomplete"`
+	// IncompleteReasons say what could not be read, each as "<what> could
+	// not be read: <reason>".
+	IncompleteReasons []string `json:"incomplete_reasons"`
 }
 
 // New returns an empty plan for the named cluster at the current schema
@@ -156,6 +162,8 @@ func New(cluster string) *Plan {
 		Changes:  []Change{},
 		Warnings: []string{},
 		Refusals: []Refusal{},
+
+		IncompleteReasons: []string{},
 	}
 }
 
@@ -171,6 +179,9 @@ func (p Plan) MarshalJSON() ([]byte, error) {
 	}
 	if w.Warnings == nil {
 		w.Warnings = []string{}
+	}
+	if w.IncompleteReasons == nil {
+		w.IncompleteReasons = []string{}
 	}
 	if w.Refusals == nil {
 		w.Refusals = []Refusal{}
@@ -206,6 +217,16 @@ func (p *Plan) Warn(msg string) {
 		return
 	}
 	p.Warnings = append(p.Warnings, msg)
+}
+
+// Unread records that what could not be read, and why: the plan becomes
+// incomplete. The same reason is not repeated.
+func (p *Plan) Unread(what, reason string) {
+	msg := what + " could not be read: " + reason
+	p.Incomplete = true
+	if !slices.Contains(p.IncompleteReasons, msg) {
+		p.IncompleteReasons = append(p.IncompleteReasons, msg)
+	}
 }
 
 // Refuse records a refused change to r. The same refusal is not repeated.
@@ -263,6 +284,8 @@ func (p *Plan) Sorted() *Plan {
 	}
 	out.Warnings = append(out.Warnings, p.Warnings...)
 	out.Refusals = append(out.Refusals, p.Refusals...)
+	out.Incomplete = p.Incomplete
+	out.IncompleteReasons = append(out.IncompleteReasons, p.IncompleteReasons...)
 	out.Sort()
 	return out
 }

@@ -296,6 +296,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	})
 	p.Warn("careful")
 	p.Refuse(machine("prod-a-worker-01"), "disk shrink")
+	p.Unread("etcd members", "Unavailable")
 	b, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +308,7 @@ func TestJSONRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(&back, p) {
 		t.Errorf("round trip changed the plan:\n got %+v\nwant %+v", back, *p)
 	}
-	want := `{"version":2,"cluster":"prod-a","commit":"0123456789abcdef0123456789abcdef01234567","changes":[{"phase":"apply-config","action":"apply-config","resource":{"kind":"machine","name":"prod-a-controlplane-01"},"reason":"config changed","attributes":[{"key":"mode","value":"no-reboot"}],"diff":"-a\n+b\n"}],"warnings":["careful"],"refusals":[{"resource":{"kind":"machine","name":"prod-a-worker-01"},"reason":"disk shrink"}]}`
+	want := `{"version":2,"cluster":"prod-a","commit":"0123456789abcdef0123456789abcdef01234567","changes":[{"phase":"apply-config","action":"apply-config","resource":{"kind":"machine","name":"prod-a-controlplane-01"},"reason":"config changed","attributes":[{"key":"mode","value":"no-reboot"}],"diff":"-a\n+b\n"}],"warnings":["careful"],"refusals":[{"resource":{"kind":"machine","name":"prod-a-worker-01"},"reason":"disk shrink"}],"incomplete":true,"incomplete_reasons":["etcd members could not be read: Unavailable"]}`
 	if string(b) != want {
 		t.Errorf("JSON:\n got %s\nwant %s", b, want)
 	}
