@@ -268,8 +268,8 @@ func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostna
 	if dups, ok := inv.(*inventory).duplicates[hostname]; ok {
 		return fmt.Errorf("%w: %d VMs named %s exist now (ids %s); another run created them", reconcile.ErrPrecondition, len(dups), hostname, vmIDs(dups))
 	}
-	if id, ok := inv.(*inventory).foreign[hostname]; ok {
-		return fmt.Errorf("%w: a VM named %s (id %d) exists now and is not this cluster's", reconcile.ErrPrecondition, hostname, id)
+	if f, ok := inv.(*inventory).foreign[hostname]; ok {
+		return fmt.Errorf("%w: %s", reconcile.ErrPrecondition, p.unowned(hostname, f))
 	}
 	for _, v := range inv.(*inventory).misplaced {
 		if v.name == hostname {

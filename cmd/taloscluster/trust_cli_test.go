@@ -1,0 +1,168 @@
+package main
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taloscluster/taloscluster/lab"
+	"github.com/taloscluster/taloscluster/reconcile"
+)
+
+// pveAPI calls the lab's Proxmox API as an operator or another tool would
+// and returns the answer's data; it fails the test unless the answer is
+// 2xx.
+func pveAPI(t *testing.T, l *lab.Lab, method, path string, form url.Values) json.RawMessage {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: l.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+	req, err := http.NewRequestWithContext(t.Context(), method, l.PVEURL+"/api2/json"+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "PVEAPIToken="+l.TokenID+"="+l.TokenSecret)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("%s %s: %s %s", method, path, resp.Status, body)
+	}
+	var out struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return out.Data
+}
+
+// pveMutations counts the lab's Proxmox requests that are not reads.
+func pveMutations(l *lab.Lab) int {
+	n := 0
+	for _, op := range l.PVE.Log() {
+		if op.Method != http.MethodGet {
+			n++
+		}
+	}
+	return n
+}
+
+// TestUnownedVMWithAMachineNameIsRefused creates, directly through the
+// lab's Proxmox API and just before plan and converge, a VM that has the
+// name of one of the cluster's machines but is not the cluster's (no tags
+// and no pool; in a pool of its own without tags). pvestatd has not
+// broadcast it yet, so /cluster/resources lists it without a name (its
+// broadcast is made late for the whole test, so that this holds however
+// slow the machine is). plan refuses it with the issue's wording, naming
+// its id and node; converge exits 1 and creates nothing, not even the
+// cluster identity.
+func TestUnownedVMWithAMachineNameIsRefused(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, net, pool string
+	}{
+		{"no tags and no pool", "127.240.0.0/24", ""},
+		{"another pool", "127.241.0.0/24", "ops"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			l, err := lab.Start(t.Context(), lab.Options{
+				Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix(c.net)},
+				TaskDuration: -1, BootDelay: 20 * time.Millisecond, InstallDelay: 20 * time.Millisecond,
+				RebootDelay: 20 * time.Millisecond, ReadyDelay: 50 * time.Millisecond,
+				// pvestatd's broadcast, late: the VM below stays unnamed
+				// in /cluster/resources for the whole test.
+				StatsInterval: 10 * time.Minute,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l.Close)
+			dir := t.TempDir()
+			if err := l.WriteCluster(dir, lab.Cluster{Name: "twin", Workers: 1, Bridge: "vmbr0"}); err != nil {
+				t.Fatal(err)
+			}
+			// The broadcast is taken now, before the VM exists.
+			pveAPI(t, l, http.MethodGet, "/cluster/resources", nil)
+			if c.pool != "" {
+				pveAPI(t, l, http.MethodPost, "/pools", url.Values{"poolid": {c.pool}})
+			}
+			form := url.Values{"vmid": {"4242"}, "name": {"twin-controlplane-02"}, "cores": {"2"}, "memory": {"2048"},
+				"net0": {"virtio,bridge=vmbr0"}}
+			if c.pool != "" {
+				form.Set("pool", c.pool)
+			}
+			pveAPI(t, l, http.MethodPost, "/nodes/pve2/qemu", form)
+			waitFor(t, "the VM's create task", func() bool {
+				var conf map[string]any
+				_ = json.Unmarshal(pveAPI(t, l, http.MethodGet, "/nodes/pve2/qemu/4242/config", nil), &conf)
+				return conf["name"] == "twin-controlplane-02"
+			})
+			unnamed := func() bool {
+				var list []map[string]any
+				_ = json.Unmarshal(pveAPI(t, l, http.MethodGet, "/cluster/resources?type=vm", nil), &list)
+				for _, r := range list {
+					if r["vmid"] == float64(4242) {
+						return r["name"] == nil && r["status"] == "unknown"
+					}
+				}
+				return false
+			}
+			if !unnamed() {
+				t.Fatal("/cluster/resources already names the VM: the test does not show pvestatd's lag")
+			}
+
+			const refusal = "refusing to adopt unowned VM twin-controlplane-02 (id 4242) on pve2: "
+			code, stdout, stderr := cli(t, "plan", "-C", dir)
+			if code != 1 || !strings.Contains(stdout, refusal) || !strings.Contains(stdout, "rename or remove it, or tag it") {
+				t.Fatalf("plan: exit %d, want 1 and the refusal %q\nstdout:\n%s\nstderr:\n%s", code, refusal, stdout, stderr)
+			}
+			before, vms := pveMutations(l), len(l.PVE.VMs())
+			code, stdout, stderr = cli(t, "converge", "--yes", "-C", dir)
+			if code == 0 || !strings.Contains(stdout+stderr, refusal) {
+				t.Fatalf("converge: exit %d, want non-zero and the refusal %q\nstdout:\n%s\nstderr:\n%s", code, refusal, stdout, stderr)
+			}
+			if n := pveMutations(l) - before; n != 0 {
+				t.Errorf("the refused converge made %d mutating Proxmox calls", n)
+			}
+			if got := l.PVE.VMs(); len(got) != vms {
+				t.Errorf("converge left %d VMs, want %d (the unowned one only): %+v", len(got), vms, got)
+			}
+			for _, v := range l.PVE.VMs() {
+				if v.ID == 4242 && (v.Running || len(v.Tags) > 0) {
+					t.Errorf("the unowned VM was touched: running=%v tags=%v", v.Running, v.Tags)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(dir, reconcile.TalosSecretsFile)); !os.IsNotExist(err) {
+				t.Errorf("the refused converge minted %s: %v", reconcile.TalosSecretsFile, err)
+			}
+			if !unnamed() {
+				t.Error("/cluster/resources named the VM during the test: pvestatd's lag was not exercised throughout")
+			}
+		})
+	}
+}
+
+// waitFor polls cond until it holds, for up to 30 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: timed out", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
