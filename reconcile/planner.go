@@ -75,6 +75,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 	refuseIdentity(p, want, obs)
 	refuseScaleDown(p, want, obs)
 	refuseVersions(p, want, obs)
+	refuseUnimplementedTalos(p, want)
 	if err := refuseConfigs(p, want, obs); err != nil {
 		return nil, err
 	}

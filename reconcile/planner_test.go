@@ -186,6 +186,12 @@ func TestRefusals(t *testing.T) {
 		{"scale-down", func(w *reconcile.Desired, _ *reconcile.Observation) { w.Machines = w.Machines[:len(w.Machines)-1] }, "scale-down"},
 		{"rename", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.TalosconfigContext = "other" }, "renaming a cluster is not supported"},
 		{"identity lost", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.Secrets = false }, "restore talossecrets.yaml from backup"},
+		{"talos minor the engine does not implement", func(w *reconcile.Desired, _ *reconcile.Observation) {
+			w.Cluster.Talos.Version = "v1.14.0"
+		}, "talos.version: talos.version v1.14.0: this engine implements Talos v1.13.x only (its API behaviour differs: Talos 1.14 changes apply-config"},
+		{"talos minor not known at all", func(w *reconcile.Desired, _ *reconcile.Observation) {
+			w.Cluster.Talos.Version = "v2.0.0-alpha.1"
+		}, "talos.version v2.0.0-alpha.1: this engine implements Talos v1.13.x only (the engine was not built for its API"},
 		{"maintenance mode", func(w *reconcile.Desired, o *reconcile.Observation) {
 			h := w.Machines[len(w.Machines)-1].Hostname
 			o.Nodes[h] = reconcile.NodeFacts{Address: o.Nodes[h].Address, Version: "v1.13.8", Maintenance: true}
@@ -201,6 +207,24 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("refusals %v, want one with %q", p.Refusals, tt.want)
 			}
 		})
+	}
+}
+
+// TestImplementedTalos: the engine's Talos range admits every v1.13
+// release, pre-releases too, and nothing else.
+func TestImplementedTalos(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"v1.13.0": true, "v1.13.9": true, "v1.13.0-beta.0": true, "1.13.4": true,
+		"v1.12.9": false, "v1.14.0": false, "v1.14.0-beta.0": false, "v1.15.0": false, "v2.13.0": false, "latest": false,
+	} {
+		ok, why := reconcile.TalosImplemented(v)
+		if ok != want || ok != (why == "") || (!ok && !strings.Contains(why, "Talos v1.13.x only")) {
+			t.Errorf("TalosImplemented(%q) = %t, %q; want %t", v, ok, why, want)
+		}
+	}
+	if got := reconcile.ImplementedTalos(); got != "v1.13.x" {
+		t.Errorf("ImplementedTalos() = %q", got)
 	}
 }
 

@@ -166,3 +166,52 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestTalosVersionOutsideTheEngineIsRefused sets talos.version to minors
+// the engine does not implement: validate accepts them, as the Python tool
+// does, but plan (live and offline) and converge refuse them before the
+// first mutation, naming the range the engine implements.
+func TestTalosVersionOutsideTheEngineIsRefused(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		version, net, why string
+	}{
+		{"v1.14.0", "127.242.0.0/24", "its API behaviour differs: Talos 1.14 changes apply-config"},
+		{"v1.15.2", "127.243.0.0/24", "the engine was not built for its API"},
+	}
+	for _, c := range cases {
+		t.Run(c.version, func(t *testing.T) {
+			t.Parallel()
+			l, dir := labCluster(t, c.net, "future", 0)
+			data, err := os.ReadFile(filepath.Join(dir, "cluster.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(data), "version: v1.13.8") {
+				t.Fatalf("the lab's cluster.yaml has no talos.version v1.13.8:\n%s", data)
+			}
+			write(t, dir, "cluster.yaml", strings.Replace(string(data), "version: v1.13.8", "version: "+c.version, 1))
+			if code, stdout, stderr := cli(t, "validate", "-C", dir); code != 0 {
+				t.Fatalf("validate: exit %d, want 0 (the Python tool accepts %s)\n%s%s", code, c.version, stdout, stderr)
+			}
+			refusal := "talos.version " + c.version + ": this engine implements Talos v1.13.x only (" + c.why
+			for _, args := range [][]string{{"plan"}, {"plan", "--offline"}} {
+				code, stdout, stderr := cli(t, append(args, "-C", dir)...)
+				if code != 1 || !strings.Contains(stdout, refusal) {
+					t.Errorf("%s: exit %d, want 1 and %q\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, refusal, stdout, stderr)
+				}
+			}
+			before := pveMutations(l)
+			code, stdout, stderr := cli(t, "converge", "--yes", "-C", dir)
+			if code != 1 || !strings.Contains(stdout+stderr, refusal) {
+				t.Errorf("converge: exit %d, want 1 and %q\nstdout:\n%s\nstderr:\n%s", code, refusal, stdout, stderr)
+			}
+			if n := pveMutations(l) - before; n != 0 || len(l.PVE.VMs()) != 0 {
+				t.Errorf("the refused converge made %d mutating Proxmox calls and left %d VMs", n, len(l.PVE.VMs()))
+			}
+			if _, err := os.Stat(filepath.Join(dir, reconcile.TalosSecretsFile)); !os.IsNotExist(err) {
+				t.Errorf("the refused converge minted %s: %v", reconcile.TalosSecretsFile, err)
+			}
+		})
+	}
+}
