@@ -210,6 +210,58 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// TestKubeconfigStep: a missing kubeconfig of an existing cluster (its
+// machines and identity exist and it was bootstrapped) is recovered, and
+// the plan says so; a new cluster's is written; when whether the cluster
+// was bootstrapped could not be read, the step says that.
+func TestKubeconfigStep(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		edit      func(*reconcile.Observation)
+		want, not string
+	}{
+		{"live cluster, the API answers", func(o *reconcile.Observation) {
+			o.Kube.Recovered = true
+		}, "recover kubeconfig: the state has none, but the cluster exists", ""},
+		{"live cluster, etcd only", func(o *reconcile.Observation) {
+			o.Kube = reconcile.KubeFacts{Unknown: "the Kubernetes API does not answer", Recovered: true}
+		}, "recover kubeconfig", ""},
+		{"new cluster", func(o *reconcile.Observation) {
+			*o = reconcile.Observation{Inventory: fakeInventory(nil), Nodes: map[string]reconcile.NodeFacts{},
+				State: reconcile.StateFacts{Secrets: true},
+				Etcd:  reconcile.EtcdFacts{Unknown: "no machine"}, Kube: reconcile.KubeFacts{Unknown: "no kubeconfig, and no control plane served one"}}
+		}, "admin kubeconfig from ", "recover"},
+		{"bootstrapped or not is unknown", func(o *reconcile.Observation) {
+			o.Kube = reconcile.KubeFacts{Unknown: "no kubeconfig, and no control plane served one"}
+			o.Etcd = reconcile.EtcdFacts{Unknown: "no control plane's etcd is running"}
+			for h, n := range o.Nodes {
+				if n.Etcd != "" {
+					o.Nodes[h] = reconcile.NodeFacts{Address: n.Address, Unknown: "connection refused"}
+				}
+			}
+		}, "whether the cluster was bootstrapped could not be read", "recover"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			want, obs := converged(t)
+			obs.State.Kubeconfig = false
+			tt.edit(obs)
+			p := planOf(t, want, obs)
+			var step *plan.Change
+			for i, ch := range p.Changes {
+				if ch.Resource.Kind == plan.KindKubeconfig {
+					step = &p.Changes[i]
+				}
+			}
+			if step == nil || !strings.Contains(step.Reason, tt.want) || (tt.not != "" && strings.Contains(step.Reason, tt.not)) {
+				t.Fatalf("kubeconfig step %+v; want a reason with %q and without %q", step, tt.want, tt.not)
+			}
+		})
+	}
+}
+
 // TestImplementedTalos: the engine's Talos range admits every v1.13
 // release, pre-releases too, and nothing else.
 func TestImplementedTalos(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -213,5 +214,53 @@ func TestTalosVersionOutsideTheEngineIsRefused(t *testing.T) {
 				t.Errorf("the refused converge minted %s: %v", reconcile.TalosSecretsFile, err)
 			}
 		})
+	}
+}
+
+// TestMissingKubeconfigOfALiveClusterIsRecovered converges a lab cluster
+// and deletes its kubeconfig: plan shows the kubeconfig step as a
+// recovery, status says the kubeconfig is missing and how converge
+// recovers it (and still lists the nodes), never that the cluster was not
+// bootstrapped; converge writes it back.
+func TestMissingKubeconfigOfALiveClusterIsRecovered(t *testing.T) {
+	t.Parallel()
+	_, dir := labCluster(t, "127.244.0.0/24", "lost", 0)
+	if code, stdout, stderr := cli(t, "converge", "--yes", "-C", dir); code != 0 {
+		t.Fatalf("converge: exit %d\n%s%s", code, stdout, stderr)
+	}
+	kubeconfig := filepath.Join(dir, reconcile.KubeconfigFile)
+	if err := os.Remove(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	code, stdout, stderr := cli(t, "plan", "-C", dir)
+	if code != 0 || !regexp.MustCompile(`(?m)^\s*\+\s+kubeconfig\s+kubeconfig\s+recover kubeconfig: the state has none, but the cluster exists`).MatchString(stdout) {
+		t.Errorf("plan: exit %d, want 0 and the kubeconfig step as a recovery\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if strings.Contains(stdout, "bootstrap etcd") || strings.Contains(stdout, "talossecrets.yaml  new cluster identity") {
+		t.Errorf("the plan of a live cluster bootstraps or mints an identity:\n%s", stdout)
+	}
+
+	code, stdout, stderr = cli(t, "status", "-C", dir)
+	out := stdout + stderr
+	if code != 0 || !strings.Contains(out, "the kubeconfig is missing from the cluster's state, but the cluster exists") ||
+		!strings.Contains(out, "converge recovers it") || strings.Contains(out, "not been bootstrapped") {
+		t.Errorf("status: exit %d, want 0, the kubeconfig called missing with how converge recovers it\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, n := range []string{"lost-controlplane-01", "lost-controlplane-02", "lost-controlplane-03"} {
+		if !regexp.MustCompile(`(?m)^` + n + `\s+Ready\s`).MatchString(stdout) {
+			t.Errorf("status does not list node %s as Ready:\n%s", n, stdout)
+		}
+	}
+
+	if code, stdout, stderr := cli(t, "converge", "--yes", "-C", dir); code != 0 {
+		t.Fatalf("converge after the kubeconfig was lost: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if fi, err := os.Stat(kubeconfig); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("converge did not write the kubeconfig back with mode 0600: %v %v", fi, err)
+	}
+	code, stdout, stderr = cli(t, "status", "-C", dir)
+	if code != 0 || strings.Contains(stdout+stderr, "kubeconfig") {
+		t.Errorf("status after the recovery: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }
