@@ -416,7 +416,7 @@ func (p *Provider) nameOf(ctx context.Context, id int, node string) (string, err
 		select {
 		case <-ctx.Done():
 			return "", fmt.Errorf("reading the name of VM %d on %s, which is being created: %w", id, node, ctx.Err())
-		case <-time.After(time.Second):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
