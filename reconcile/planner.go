@@ -75,6 +75,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 	refuseIdentity(p, want, obs)
 	refuseScaleDown(p, want, obs)
 	refuseVersions(p, want, obs)
+	refuseUnimplementedTalos(p, want)
 	if err := refuseConfigs(p, want, obs); err != nil {
 		return nil, err
 	}
@@ -104,16 +105,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionCreate
 	})
 	planBootstrap(p, want, obs, creating)
-	if !obs.State.Kubeconfig {
-		first := controlPlanes(want)[0]
-		endpoint, _ := Endpoint(c)
-		p.Add(plan.Change{Phase: plan.PhaseKubeconfig, Domain: plan.DomainState, Action: plan.ActionCreate,
-			Resource:   plan.Resource{Kind: plan.KindKubeconfig, Name: KubeconfigFile},
-			Reason:     "admin kubeconfig from " + first + ", written with mode 0600",
-			Attributes: []plan.Attribute{{Key: "server", Value: endpoint}},
-			Expects:    first + " answers the Talos API",
-			Op:         writeKubeconfig{}})
-	}
+	planKubeconfig(p, want, obs)
 	if executable(p) > 0 || unhealthy(want, obs) != "" {
 		why := "after the changes above"
 		if executable(p) == 0 {

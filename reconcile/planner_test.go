@@ -186,6 +186,12 @@ func TestRefusals(t *testing.T) {
 		{"scale-down", func(w *reconcile.Desired, _ *reconcile.Observation) { w.Machines = w.Machines[:len(w.Machines)-1] }, "scale-down"},
 		{"rename", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.TalosconfigContext = "other" }, "renaming a cluster is not supported"},
 		{"identity lost", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.Secrets = false }, "restore talossecrets.yaml from backup"},
+		{"talos minor the engine does not implement", func(w *reconcile.Desired, _ *reconcile.Observation) {
+			w.Cluster.Talos.Version = "v1.14.0"
+		}, "talos.version: talos.version v1.14.0: this engine implements Talos v1.13.x only (its API behaviour differs: Talos 1.14 changes apply-config"},
+		{"talos minor not known at all", func(w *reconcile.Desired, _ *reconcile.Observation) {
+			w.Cluster.Talos.Version = "v2.0.0-alpha.1"
+		}, "talos.version v2.0.0-alpha.1: this engine implements Talos v1.13.x only (the engine was not built for its API"},
 		{"maintenance mode", func(w *reconcile.Desired, o *reconcile.Observation) {
 			h := w.Machines[len(w.Machines)-1].Hostname
 			o.Nodes[h] = reconcile.NodeFacts{Address: o.Nodes[h].Address, Version: "v1.13.8", Maintenance: true}
@@ -201,6 +207,76 @@ func TestRefusals(t *testing.T) {
 				t.Fatalf("refusals %v, want one with %q", p.Refusals, tt.want)
 			}
 		})
+	}
+}
+
+// TestKubeconfigStep: a missing kubeconfig of an existing cluster (its
+// machines and identity exist and it was bootstrapped) is recovered, and
+// the plan says so; a new cluster's is written; when whether the cluster
+// was bootstrapped could not be read, the step says that.
+func TestKubeconfigStep(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		edit      func(*reconcile.Observation)
+		want, not string
+	}{
+		{"live cluster, the API answers", func(o *reconcile.Observation) {
+			o.Kube.Recovered = true
+		}, "recover kubeconfig: the state has none, but the cluster exists", ""},
+		{"live cluster, etcd only", func(o *reconcile.Observation) {
+			o.Kube = reconcile.KubeFacts{Unknown: "the Kubernetes API does not answer", Recovered: true}
+		}, "recover kubeconfig", ""},
+		{"new cluster", func(o *reconcile.Observation) {
+			*o = reconcile.Observation{Inventory: fakeInventory(nil), Nodes: map[string]reconcile.NodeFacts{},
+				State: reconcile.StateFacts{Secrets: true},
+				Etcd:  reconcile.EtcdFacts{Unknown: "no machine"}, Kube: reconcile.KubeFacts{Unknown: "no kubeconfig, and no control plane served one"}}
+		}, "admin kubeconfig from ", "recover"},
+		{"bootstrapped or not is unknown", func(o *reconcile.Observation) {
+			o.Kube = reconcile.KubeFacts{Unknown: "no kubeconfig, and no control plane served one"}
+			o.Etcd = reconcile.EtcdFacts{Unknown: "no control plane's etcd is running"}
+			for h, n := range o.Nodes {
+				if n.Etcd != "" {
+					o.Nodes[h] = reconcile.NodeFacts{Address: n.Address, Unknown: "connection refused"}
+				}
+			}
+		}, "whether the cluster was bootstrapped could not be read", "recover"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			want, obs := converged(t)
+			obs.State.Kubeconfig = false
+			tt.edit(obs)
+			p := planOf(t, want, obs)
+			var step *plan.Change
+			for i, ch := range p.Changes {
+				if ch.Resource.Kind == plan.KindKubeconfig {
+					step = &p.Changes[i]
+				}
+			}
+			if step == nil || !strings.Contains(step.Reason, tt.want) || (tt.not != "" && strings.Contains(step.Reason, tt.not)) {
+				t.Fatalf("kubeconfig step %+v; want a reason with %q and without %q", step, tt.want, tt.not)
+			}
+		})
+	}
+}
+
+// TestImplementedTalos: the engine's Talos range admits every v1.13
+// release, pre-releases too, and nothing else.
+func TestImplementedTalos(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"v1.13.0": true, "v1.13.9": true, "v1.13.0-beta.0": true, "1.13.4": true,
+		"v1.12.9": false, "v1.14.0": false, "v1.14.0-beta.0": false, "v1.15.0": false, "v2.13.0": false, "latest": false,
+	} {
+		ok, why := reconcile.TalosImplemented(v)
+		if ok != want || ok != (why == "") || (!ok && !strings.Contains(why, "Talos v1.13.x only")) {
+			t.Errorf("TalosImplemented(%q) = %t, %q; want %t", v, ok, why, want)
+		}
+	}
+	if got := reconcile.ImplementedTalos(); got != "v1.13.x" {
+		t.Errorf("ImplementedTalos() = %q", got)
 	}
 }
 

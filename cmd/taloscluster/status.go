@@ -118,6 +118,7 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 	st := clusterStatus{Cluster: e.Cluster.Name, Provider: string(e.Cluster.Provider), Machines: []statusMachine{}, Nodes: []statusNode{}, Problems: []string{}}
 	st.Endpoints.KubernetesAPI, _ = reconcile.Endpoint(e.Cluster)
 	inv, err := e.Infra.Observe(ctx)
+	invRead := err == nil
 	if err != nil {
 		st.fail(err.Error())
 	} else {
@@ -155,7 +156,7 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 		return st
 	}
 	if err != nil {
-		st.Problems = append(st.Problems, "no kubeconfig: the cluster has not been bootstrapped by converge yet")
+		kubeconfigMissing(ctx, e, &st, invRead, versions)
 		return st
 	}
 	kc, err := kube.New(kcData)
@@ -172,6 +173,67 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 		st.Nodes = append(st.Nodes, statusNode{Name: n.Name, Ready: n.Ready, Cordoned: n.Unschedulable, Kubernetes: n.KubeletVersion, Talos: versions[n.Name]})
 	}
 	return st
+}
+
+// kubeconfigMissing says what a missing kubeconfig means. Where nothing
+// of the cluster exists yet, converge has not built it. On an existing
+// cluster (its machines and identity exist and it was bootstrapped) the
+// file was lost: status says how converge recovers it and reads the nodes
+// with the kubeconfig a control plane serves (kept in memory, as plan
+// does). What could not be read is never taken for a cluster that was not
+// bootstrapped.
+func kubeconfigMissing(ctx context.Context, e *reconcile.Engine, st *clusterStatus, invRead bool, versions map[string]string) {
+	switch {
+	case !invRead:
+		st.Problems = append(st.Problems, "no kubeconfig, and whether the cluster exists could not be read (see the provider's error)")
+		return
+	case len(st.Machines) == 0:
+		st.Problems = append(st.Problems, "no kubeconfig: the cluster has not been bootstrapped by converge yet")
+		return
+	}
+	obs, err := e.Observe(ctx)
+	if err != nil {
+		st.fail("no kubeconfig, and the cluster could not be read to tell why: " + err.Error())
+		return
+	}
+	if !obs.State.Secrets {
+		st.Problems = append(st.Problems, fmt.Sprintf("no kubeconfig, and %s is missing although %d of the cluster's machines exist: restore %s from backup; converge refuses the cluster until then",
+			reconcile.TalosSecretsFile, len(st.Machines), reconcile.TalosSecretsFile))
+		return
+	}
+	running, known := obs.Running()
+	switch {
+	case !known:
+		st.fail("no kubeconfig, and whether the cluster was bootstrapped could not be read: " + firstUnknown(obs))
+		return
+	case !running:
+		st.Problems = append(st.Problems, "no kubeconfig: the machines exist but no control plane's etcd was bootstrapped yet; converge bootstraps etcd and then writes the kubeconfig")
+		return
+	}
+	st.Problems = append(st.Problems, fmt.Sprintf("the kubeconfig is missing from the cluster's state, but the cluster exists (its machines and identity exist and it was bootstrapped): converge recovers it (plan shows \"recover kubeconfig\"): a control plane serves the admin kubeconfig to the cluster identity (%s) and converge writes it back with mode 0600",
+		reconcile.TalosSecretsFile))
+	if obs.Kube.Unknown != "" {
+		st.fail(obs.Kube.Unknown)
+		return
+	}
+	for _, n := range obs.Kube.Nodes {
+		v := versions[n.Name]
+		if v == "" {
+			v = obs.Nodes[n.Name].Version
+		}
+		st.Nodes = append(st.Nodes, statusNode{Name: n.Name, Ready: n.Ready, Cordoned: n.Unschedulable, Kubernetes: n.KubeletVersion, Talos: v})
+	}
+}
+
+// firstUnknown says why etcd, the Kubernetes API or the nodes could not be
+// read.
+func firstUnknown(obs *reconcile.Observation) string {
+	for _, r := range []string{obs.Etcd.Unknown, obs.Kube.Unknown, obs.TalosUnknown} {
+		if r != "" {
+			return r
+		}
+	}
+	return "unknown"
 }
 
 func printStatus(cmd *cobra.Command, st clusterStatus) {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 )
@@ -188,5 +190,46 @@ func TestVMsOfAnotherClusterArePassedOver(t *testing.T) {
 		if v.ID == 903 && v.Pool != "taloscluster-mine" {
 			t.Errorf("VM 903 was moved out of its pool to %q", v.Pool)
 		}
+	}
+}
+
+// TestUnownedVMBeingCreatedIsWaitedFor creates, through the lab's Proxmox
+// API, a VM with a machine's name and no ownership, whose create task is
+// still running when the plan is made: its config holds only
+// `lock: create` and /cluster/resources has no name for it. The plan waits
+// for its name (the create task ends after 2 s) and then refuses it, never
+// taking the name it could not read yet for no name.
+func TestUnownedVMBeingCreatedIsWaitedFor(t *testing.T) {
+	t.Parallel()
+	l, err := lab.Start(t.Context(), lab.Options{
+		Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix("127.245.0.0/24")},
+		TaskDuration: 2 * time.Second,
+		// pvestatd's broadcast, late: the VM stays unnamed in
+		// /cluster/resources for the whole test.
+		StatsInterval: 10 * time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	dir := t.TempDir()
+	if err := l.WriteCluster(dir, lab.Cluster{Name: "slow", Bridge: "vmbr0"}); err != nil {
+		t.Fatal(err)
+	}
+	w := &world{lab: l, dir: dir, name: "slow"}
+	w.pve(t, http.MethodGet, "/cluster/resources", nil) // the broadcast is taken before the VM exists
+	w.pve(t, http.MethodPost, "/nodes/pve3/qemu", url.Values{"vmid": {"777"}, "name": {"slow-controlplane-01"},
+		"cores": {"2"}, "memory": {"2048"}, "net0": {"virtio,bridge=vmbr0"}})
+	start := time.Now()
+	p, err := w.engine(t).Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := refusalsOf(p, "slow-controlplane-01")
+	if len(reasons) != 1 || !strings.HasPrefix(reasons[0], "refusing to adopt unowned VM slow-controlplane-01 (id 777) on pve3: ") {
+		t.Fatalf("refusals of slow-controlplane-01: %q; want the unowned VM 777 refused", reasons)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Errorf("the plan took %s: it did not wait for the VM's create task", waited)
 	}
 }

@@ -143,8 +143,8 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 		out = append(out, refuse(plan.KindMachine, v.name, fmt.Sprintf("VM %d (%s on %s) %s: it is not this cluster's and is left alone; put it back in its own pool or correct its tags", v.id, v.name, v.node, v.reason)))
 	}
 	for _, m := range want.Machines {
-		if id, ok := inv.foreign[m.Hostname]; ok {
-			out = append(out, refuse(plan.KindMachine, m.Hostname, fmt.Sprintf("a VM named %s (id %d) exists but is not owned by this cluster; rename or remove it", m.Hostname, id)))
+		if f, ok := inv.foreign[m.Hostname]; ok {
+			out = append(out, refuse(plan.KindMachine, m.Hostname, p.unowned(m.Hostname, f)))
 		}
 		v, ok := inv.owned[m.Hostname]
 		if !ok {
@@ -171,6 +171,14 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 		}
 	}
 	return out
+}
+
+// unowned is the refusal of a VM that has a machine's name but is not this
+// cluster's: adopting it could take over someone else's VM, and creating
+// the machine next to it would make a second VM of the same name.
+func (p *Provider) unowned(hostname string, f foreignVM) string {
+	return fmt.Sprintf("refusing to adopt unowned VM %s (id %d) on %s: it carries neither this cluster's ownership tags (taloscluster, cluster_%s) nor sits in its pool %s, and a second VM of the same name is not created next to it; rename or remove it, or tag it (or put it in pool %s) if it is this cluster's machine",
+		hostname, f.id, f.node, p.c.Name, p.poolName(), p.poolName())
 }
 
 func vlanText(v int) string {

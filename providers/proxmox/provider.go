@@ -205,12 +205,22 @@ type inventory struct {
 	// misplaced are VMs whose tags and pool disagree about their cluster:
 	// not this cluster's, and never touched.
 	misplaced []misplacedVM
-	foreign   map[string]int // VMs with a desired name that are not ours: name -> vmid
+	// foreign are the VMs that carry a desired hostname but are not this
+	// cluster's (no ownership tags, or in a pool that is not its own), by
+	// name: never adopted, and no second VM of that name is made.
+	foreign map[string]foreignVM
 	// isos are the boot and config ISOs present, by "node/volid".
 	isos map[string]bool
 	// missingStorage are the ISO storages Proxmox does not have, with its
 	// answer.
 	missingStorage map[string]string
+}
+
+// foreignVM is a VM that is not this cluster's but has the name of one of
+// its machines.
+type foreignVM struct {
+	id   int
+	node string
 }
 
 // misplacedVM is a VM that carries this cluster's ownership tags but sits
@@ -229,7 +239,7 @@ func (p *Provider) Empty() reconcile.Inventory {
 }
 
 func newInventory(offline bool) *inventory {
-	return &inventory{offline: offline, owned: map[string]*vm{}, duplicates: map[string][]*vm{}, foreign: map[string]int{}, isos: map[string]bool{}, missingStorage: map[string]string{}}
+	return &inventory{offline: offline, owned: map[string]*vm{}, duplicates: map[string][]*vm{}, foreign: map[string]foreignVM{}, isos: map[string]bool{}, missingStorage: map[string]string{}}
 }
 
 // Machines lists the owned VMs by hostname; the VMs that share a hostname
@@ -341,21 +351,29 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
 		if str(m["type"]) != "qemu" {
 			continue
 		}
-		name := str(m["name"])
+		name, node := str(m["name"]), str(m["node"])
 		tags := splitTags(str(m["tags"]))
 		id := num(m["vmid"])
 		ours, conflict := p.claim(str(m["pool"]), tags)
+		if !ours && name == "" {
+			// pvestatd has not broadcast this VM yet: read its name
+			// from its config, or an unowned VM created moments ago
+			// would pass for no VM of that name.
+			if name, err = p.nameOf(ctx, id, node); err != nil {
+				return err
+			}
+		}
 		switch {
 		case conflict != "":
-			inv.misplaced = append(inv.misplaced, misplacedVM{id: id, name: name, node: str(m["node"]), pool: str(m["pool"]), reason: conflict})
+			inv.misplaced = append(inv.misplaced, misplacedVM{id: id, name: name, node: node, pool: str(m["pool"]), reason: conflict})
 			continue
 		case !ours:
 			if desired[name] {
-				inv.foreign[name] = id
+				inv.foreign[name] = foreignVM{id: id, node: node}
 			}
 			continue
 		}
-		v := &vm{id: id, node: str(m["node"]), name: name, tags: tags}
+		v := &vm{id: id, node: node, name: name, tags: tags}
 		if err := p.observeVM(ctx, v); err != nil {
 			return err
 		}
@@ -371,6 +389,45 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
 	}
 	slices.SortFunc(inv.misplaced, func(a, b misplacedVM) int { return a.id - b.id })
 	return nil
+}
+
+// namePatience bounds how long Observe waits for the name of a VM that is
+// being created: its config holds only `lock: create` until its create
+// task ends.
+const namePatience = 30 * time.Second
+
+// nameOf reads a VM's name from its config, which is current, for a VM
+// that /cluster/resources lists without one: /cluster/resources takes
+// names from pvestatd's broadcast, up to 10 s late (see lab/FIDELITY.md).
+// Only such VMs are read, so a large Proxmox cluster does not cost a
+// config read per VM. A VM being created has a placeholder config holding
+// only `lock: create` (pve-guest-common create_and_lock_config) until its
+// create task writes the real one, so its name is read again until then;
+// a name that still cannot be read is an error, never taken for no name.
+// A config without a name and without a lock is a VM that has no name.
+func (p *Provider) nameOf(ctx context.Context, id int, node string) (string, error) {
+	ref := proxmox.NewVmRef(proxmox.GuestID(id))
+	ref.SetNode(node)
+	ref.SetVmType(proxmox.GuestQemu)
+	deadline := time.Now().Add(namePatience)
+	for {
+		conf, err := p.api.GetVmConfig(ctx, ref)
+		if err != nil {
+			return "", fmt.Errorf("reading the name of VM %d on %s, which /cluster/resources lists without one yet: %w", id, node, err)
+		}
+		name, lock := str(conf["name"]), str(conf["lock"])
+		if name != "" || lock != "create" {
+			return name, nil
+		}
+		if time.Now().After(deadline) {
+			return "", retry.Transient(fmt.Errorf("reading the name of VM %d on %s: it has been being created for over %s (its config holds only lock: create), so whether it takes the name of one of the cluster's machines is not known yet", id, node, namePatience))
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("reading the name of VM %d on %s, which is being created: %w", id, node, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // claim decides from a VM's pool and tags whether it is this cluster's:

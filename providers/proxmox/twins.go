@@ -119,8 +119,8 @@ func (p *Provider) absent(ctx context.Context, hostname string) error {
 	if dups, ok := inv.duplicates[hostname]; ok {
 		return fmt.Errorf("%w: %d VMs named %s exist now (ids %s); another run created them", reconcile.ErrPrecondition, len(dups), hostname, vmIDs(dups))
 	}
-	if id, ok := inv.foreign[hostname]; ok {
-		return fmt.Errorf("%w: a VM named %s (id %d) exists now and is not this cluster's", reconcile.ErrPrecondition, hostname, id)
+	if f, ok := inv.foreign[hostname]; ok {
+		return fmt.Errorf("%w: %s", reconcile.ErrPrecondition, p.unowned(hostname, f))
 	}
 	for _, v := range inv.misplaced {
 		if v.name == hostname {
