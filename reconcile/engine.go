@@ -68,6 +68,10 @@ type Engine struct {
 	// before its first mutation; an error stops converge there, with
 	// nothing changed.
 	Approve func(*plan.Plan) error
+	// ReadBudget bounds how long a wait goes on while an API keeps
+	// answering with errors (not a condition that changes on its own, such
+	// as a node booting). Zero means 2 minutes.
+	ReadBudget time.Duration
 	// ReportEvery is how often a wait says what it still waits for. Zero
 	// means 30s.
 	ReportEvery time.Duration
@@ -161,6 +165,13 @@ func (e *Engine) bootTimeout() time.Duration {
 		return e.BootTimeout
 	}
 	return 15 * time.Minute
+}
+
+func (e *Engine) readBudget() time.Duration {
+	if e.ReadBudget > 0 {
+		return e.ReadBudget
+	}
+	return 2 * time.Minute
 }
 
 func (e *Engine) poll() time.Duration {

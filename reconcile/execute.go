@@ -339,11 +339,22 @@ func (r *run) waitHealthy(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
 	defer cancel()
 	lastReport := time.Now()
+	var unreadSince time.Time
 	for {
-		why := r.unhealthy(ctx, tc, kc, cps)
+		why, unread := r.unhealthy(ctx, tc, kc, cps)
 		if why == "" {
 			e.say(plan.PhaseHealth, "healthy: %d machines Ready, %d etcd members", len(r.want.Machines), len(cps))
 			return nil
+		}
+		// A wait is for what changes on its own (a node booting); an API
+		// that keeps answering with errors ends it within the read budget.
+		switch {
+		case !unread:
+			unreadSince = time.Time{}
+		case unreadSince.IsZero():
+			unreadSince = time.Now()
+		case time.Since(unreadSince) >= e.readBudget():
+			return retry.Transient(fmt.Errorf("checking the cluster's health: it could not be read for %s: %s", e.readBudget().Round(time.Second), why))
 		}
 		if time.Since(lastReport) >= e.reportEvery() {
 			lastReport = time.Now()
@@ -355,55 +366,28 @@ func (r *run) waitHealthy(ctx context.Context) error {
 	}
 }
 
-// unhealthy returns why the cluster is not healthy yet, or "".
-func (r *run) unhealthy(ctx context.Context, tc *talos.Client, kc *kube.Client, cps []string) string {
-	nodes, err := kc.Nodes(ctx)
-	if err != nil {
-		return err.Error()
-	}
-	ready := map[string]bool{}
-	for _, n := range nodes {
-		ready[n.Name] = n.Ready
-	}
-	var missing []string
-	for _, m := range r.want.Machines {
-		if !ready[m.Hostname] {
-			missing = append(missing, m.Hostname)
-		}
-	}
-	if len(missing) > 0 {
-		return "not Ready yet: " + strings.Join(missing, ", ")
-	}
-	for _, m := range r.want.Machines {
-		if addr, ok := r.addrs[m.Hostname]; ok {
+// unhealthy reads the cluster fresh and returns why it does not pass the
+// health gate yet, "" when it does; unread is set when an API answered
+// with an error (see healthGate.unmet).
+func (r *run) unhealthy(ctx context.Context, tc *talos.Client, kc *kube.Client, cps []string) (why string, unread bool) {
+	g := healthGate{machines: hostnames(r.want), controlPlanes: controlPlanes(r.want)}
+	f := healthFacts{talos: map[string]error{}}
+	for _, h := range g.machines {
+		if addr, ok := r.addrs[h]; ok {
 			if _, err := tc.Version(ctx, addr); err != nil {
-				return m.Hostname + " does not answer the Talos API: " + err.Error()
+				f.talos[h] = err
 			}
 		}
 	}
-	var last error
+	f.nodes, f.nodesErr = kc.Nodes(ctx)
+	f.membersErr = errors.New("no control plane has an address")
 	for _, addr := range cps {
-		members, err := tc.EtcdMembers(ctx, addr)
-		if err != nil {
-			last = err
-			continue
+		f.members, f.membersErr = tc.EtcdMembers(ctx, addr)
+		if f.membersErr == nil {
+			break
 		}
-		var names []string
-		for _, m := range members {
-			if m.Learner {
-				return "etcd member " + m.Hostname + " is still a learner"
-			}
-			names = append(names, m.Hostname)
-		}
-		slices.Sort(names)
-		want := controlPlanes(r.want)
-		slices.Sort(want)
-		if !slices.Equal(names, want) {
-			return fmt.Sprintf("etcd members are %s, want %s", strings.Join(names, ","), strings.Join(want, ","))
-		}
-		return ""
 	}
-	return fmt.Sprintf("no control plane lists the etcd members: %v", last)
+	return g.unmet(f)
 }
 
 func (e *Engine) reportEvery() time.Duration {

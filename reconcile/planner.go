@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -113,7 +114,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		}
 		p.Add(plan.Change{Phase: plan.PhaseHealth, Domain: plan.DomainGate, Action: plan.ActionWait,
 			Resource: plan.Resource{Kind: plan.KindCluster, Name: c.Name},
-			Reason:   fmt.Sprintf("health barrier: all %d machines are Ready nodes whose Talos API answers and the etcd members are the %d control planes (%s)", len(want.Machines), len(controlPlanes(want)), why),
+			Reason:   fmt.Sprintf("health barrier: %s (%s)", healthGate{machines: hostnames(want), controlPlanes: controlPlanes(want)}.describe(), why),
 			Expects:  "the Kubernetes API and a control plane's etcd answer",
 			Op:       waitHealthy{}})
 	}
@@ -404,46 +405,36 @@ func refuseMaintenance(p *plan.Plan, obs *Observation) {
 }
 
 // unhealthy says why the observed cluster is not healthy, "" when it is or
-// when that is not known (nothing to compare yet).
+// when that is not known (nothing to compare yet): the health gate's
+// predicate on the observation, for the machines that exist.
 func unhealthy(want *Desired, obs *Observation) string {
 	if obs.Offline || len(obs.Inventory.Machines()) == 0 {
 		return ""
 	}
-	var why []string
+	g := healthGate{controlPlanes: controlPlanes(want)}
+	f := healthFacts{talos: map[string]error{}, nodes: obs.Kube.Nodes, members: obs.Etcd.Members}
 	for _, m := range want.Machines {
 		have, ok := machineNamed(obs.Inventory, m.Hostname)
 		if !ok {
 			continue
 		}
+		g.machines = append(g.machines, m.Hostname)
 		if n, ok := obs.Nodes[m.Hostname]; ok && n.Unknown != "" {
-			why = append(why, m.Hostname+" does not answer the Talos API")
+			f.talos[m.Hostname] = errors.New(n.Unknown)
 		} else if !ok && have.Running {
-			why = append(why, m.Hostname+" reports no address")
+			f.talos[m.Hostname] = errors.New("it reports no address")
+		} else if !ok {
+			f.talos[m.Hostname] = errors.New("it is stopped")
 		}
 	}
-	if obs.Kube.Unknown == "" {
-		ready := map[string]bool{}
-		for _, n := range obs.Kube.Nodes {
-			ready[n.Name] = n.Ready
-		}
-		for _, m := range want.Machines {
-			if owned(obs.Inventory, m.Hostname) && !ready[m.Hostname] {
-				why = append(why, m.Hostname+" is not a Ready node")
-			}
-		}
+	if obs.Kube.Unknown != "" {
+		f.nodesErr = errors.New(obs.Kube.Unknown)
 	}
-	if obs.Etcd.Unknown == "" {
-		cps := controlPlanes(want)
-		var names []string
-		for _, mem := range obs.Etcd.Members {
-			names = append(names, mem.Hostname)
-		}
-		slices.Sort(names)
-		if !slices.Equal(names, cps) {
-			why = append(why, fmt.Sprintf("etcd members %s, want %s", strings.Join(names, ","), strings.Join(cps, ",")))
-		}
+	if obs.Etcd.Unknown != "" {
+		f.membersErr = errors.New(obs.Etcd.Unknown)
 	}
-	return strings.Join(why, "; ")
+	why, _ := g.unmet(f)
+	return why
 }
 
 // markUnread makes the plan incomplete for each fact of the running

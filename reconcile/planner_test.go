@@ -285,7 +285,7 @@ func TestUnhealthyClusterGetsAHealthGate(t *testing.T) {
 	want, obs := converged(t)
 	obs.Kube.Nodes[0].Ready = false
 	p := planOf(t, want, obs)
-	if p.Empty() || p.Counts().Wait != 1 || !strings.Contains(p.Changes[len(p.Changes)-1].Reason, "not a Ready node") {
+	if p.Empty() || p.Counts().Wait != 1 || !strings.Contains(p.Changes[len(p.Changes)-1].Reason, "not Ready yet: lab-controlplane-01") {
 		t.Fatalf("plan of a cluster with a NotReady node: %s %+v", p.Summary(), p.Changes)
 	}
 }
@@ -328,5 +328,39 @@ func BenchmarkPlanConvergedWithConfigs(b *testing.B) {
 		if p := planOf(b, want, obs); !p.Empty() {
 			b.Fatalf("plan of a converged cluster: %s", p.Summary())
 		}
+	}
+}
+
+// The gate the plan shows reads the same facts converge waits on: a node
+// whose Talos API does not answer, an etcd learner and a missing member
+// each keep a converged cluster from passing it.
+func TestHealthGateNamesWhatItChecks(t *testing.T) {
+	t.Parallel()
+	for name, breakIt := range map[string]func(obs *reconcile.Observation) string{
+		"talos": func(obs *reconcile.Observation) string {
+			n := obs.Nodes["lab-worker-01"]
+			n.Unknown = "rpc error: code = Internal desc = boom"
+			obs.Nodes["lab-worker-01"] = n
+			return "lab-worker-01 does not answer the Talos API: rpc error: code = Internal desc = boom"
+		},
+		"learner": func(obs *reconcile.Observation) string {
+			obs.Etcd.Members[2].Learner = true
+			return "etcd member " + obs.Etcd.Members[2].Hostname + " is still a learner"
+		},
+		"member": func(obs *reconcile.Observation) string {
+			obs.Etcd.Members = obs.Etcd.Members[:2]
+			return "etcd members are "
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			want, obs := converged(t)
+			says := breakIt(obs)
+			p := planOf(t, want, obs)
+			gate := p.Changes[len(p.Changes)-1]
+			if gate.Action != plan.ActionWait || !strings.Contains(gate.Reason, "whose Talos API answers") || !strings.Contains(gate.Reason, "none a learner") || !strings.Contains(gate.Reason, says) {
+				t.Fatalf("gate %q, want it to name %q", gate.Reason, says)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -118,5 +119,36 @@ func TestPlanWithOnlyWarningsSaysSo(t *testing.T) {
 	code, stdout, stderr = cli(t, "converge", "-C", dir, "--yes")
 	if code != 0 || !strings.Contains(stdout+stderr, "warning: the rancher section") || !strings.Contains(stdout+stderr, "nothing to change; 1 warning(s) above") {
 		t.Fatalf("converge exit %d, want the warning printed\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
+// The health barrier waits for what changes on its own, not for an API
+// that keeps answering with errors: with the etcd member list failing on
+// every control plane, converge ends within its read budget, far before
+// its boot timeout, naming what it could not read.
+func TestHealthGateEndsWhenAnAPIKeepsFailing(t *testing.T) {
+	t.Parallel()
+	l, dir := labCluster(t, "127.217.0.0/24", "failing", 0)
+	if code, stdout, stderr := cli(t, "converge", "-C", dir, "--yes"); code != 0 {
+		t.Fatalf("first converge exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	grown := strings.Replace(string(readFile(t, filepath.Join(dir, "cluster.yaml"))), "count: 0\n", "count: 1\n", 1)
+	write(t, dir, "cluster.yaml", grown)
+	for _, n := range l.Talos.Nodes() {
+		if n.Cluster == "failing" && n.Role == talos.RoleControlPlane {
+			l.Talos.FailCalls(n.Addr, "EtcdMemberList", 100000, codes.Internal)
+		}
+	}
+	out := &triggerWriter{}
+	e := faultEngine(t, dir, out, 5*time.Minute)
+	e.ReadBudget = 2 * time.Second
+	started := time.Now()
+	err := e.Converge(t.Context())
+	took := time.Since(started)
+	if err == nil || !strings.Contains(err.Error(), "could not be read for 2s") || !strings.Contains(err.Error(), "the etcd members could not be listed") {
+		t.Fatalf("converge ended with %v, want the health gate to give up naming the etcd members\n%s", err, out.String())
+	}
+	if took > time.Minute {
+		t.Fatalf("converge took %s, want it to end within its read budget", took)
 	}
 }
