@@ -232,6 +232,8 @@ type fakeRunner struct {
 	extra []string
 	// refuse adds a refusal to every plan.
 	refuse bool
+	// unread makes every plan incomplete, with this reason.
+	unread string
 	// planErrs fail the next plans, in order.
 	planErrs []error
 	// failures fail the next converges after approve, in order.
@@ -267,6 +269,9 @@ func (r *fakeRunner) planOf(files fs.FS) (*plan.Plan, error) {
 	}
 	if r.refuse {
 		pl.Refuse(plan.Resource{Kind: plan.KindMachine, Name: "cp-1"}, "shrinking the control plane is refused")
+	}
+	if r.unread != "" {
+		pl.Unread("the etcd members", r.unread)
 	}
 	return pl, nil
 }
@@ -1016,5 +1021,43 @@ func TestDiskFullConvergeIsRetriedUntilThereIsRoom(t *testing.T) {
 	}
 	if !waited {
 		t.Error("no status said the disk was full")
+	}
+}
+
+// A drift check whose plan could not read part of the cluster is neither
+// in sync nor drift: unknown on /metrics and the status page.
+func TestIncompleteDriftCheckIsUnknown(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, func(c *agent.Config) { c.DriftInterval = agent.Duration(time.Nanosecond) })
+	w.poll() // the first converge
+	w.runner.set(func(r *fakeRunner) { r.unread = "rpc error: code = Unavailable" })
+	w.poll()
+	if !w.metric(`taloscluster_cluster_drift_check_success{cluster="clusters/a"} 0`) {
+		t.Errorf("metrics after an incomplete drift check:\n%s", w.get("/metrics"))
+	}
+	page := w.get("/")
+	if !strings.Contains(page, "drift unknown: incomplete: the etcd members could not be read: rpc error: code = Unavailable") || strings.Contains(page, "in sync") {
+		t.Fatalf("the status page does not say drift is unknown:\n%s", page)
+	}
+	w.checkReported()
+}
+
+// The plan of a pull request that could not read part of the cluster says
+// incomplete in its status and its comment, never success.
+func TestIncompletePlanIsNotASuccess(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.poll()
+	w.runner.set(func(r *fakeRunner) { r.unread = "rpc error: code = Unavailable" })
+	w.openPR(1, "h1", "w1")
+	s := w.last("h1", planContext)
+	if s.state != gh.StateFailure || !strings.HasPrefix(s.description, "incomplete: the etcd members could not be read") {
+		t.Fatalf("plan status %+v, want an incomplete failure", s)
+	}
+	w.forge.mu.Lock()
+	body := strings.Join(w.forge.plans[1], "")
+	w.forge.mu.Unlock()
+	if !strings.Contains(body, "**Incomplete:**") || !strings.Contains(body, "the etcd members could not be read") {
+		t.Fatalf("plan comment %q, want it to say incomplete", body)
 	}
 }
