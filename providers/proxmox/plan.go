@@ -404,7 +404,7 @@ func (p *Provider) planExisting(m machineconfig.Machine, v *vm, desiredRules []f
 			plan.Attribute{Key: "power", Value: "stopped -> running"})
 	}
 	options := optionsDiff(v.fwOptions)
-	add, del, _ := firewallDiff(v.fwRules, desiredRules)
+	add, del, _ := firewallDiff(v.fwRules, desiredRules, v.fwOptions)
 	if len(options) > 0 || len(add) > 0 || len(del) > 0 {
 		var attrs []plan.Attribute
 		for _, k := range slices.Sorted(maps.Keys(options)) {
@@ -471,7 +471,7 @@ func (p *Provider) Warnings(have reconcile.Inventory) []string {
 		if nodes := p.c.Proxmox.Nodes; len(nodes) > 0 && !slices.Contains(nodes, inv.owned[name].node) {
 			out = append(out, fmt.Sprintf("VM %s runs on %s, which proxmox.nodes does not list; it stays there (VMs are not moved), only new VMs follow proxmox.nodes", name, inv.owned[name].node))
 		}
-		_, _, foreign := firewallDiff(inv.owned[name].fwRules, desired)
+		_, _, foreign := firewallDiff(inv.owned[name].fwRules, desired, inv.owned[name].fwOptions)
 		for _, r := range foreign {
 			out = append(out, fmt.Sprintf("VM %s has a firewall rule taloscluster does not manage (position %d: %s); it is left alone", name, r.Pos, r))
 		}
