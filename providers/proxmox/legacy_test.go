@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
@@ -79,5 +82,52 @@ func TestFirewallAdoptsPythonRules(t *testing.T) {
 	add, del, _ = firewallDiff(stale, desired, pythonOptions)
 	if len(add) != 1 || add[0].Dport != allPorts || len(del) != 1 || del[0].Dport != "" {
 		t.Errorf("disabled intra-cluster rule: add %v, delete %v; want the engine's added and the disabled one deleted", add, del)
+	}
+}
+
+// TestImageAdoptsPythonBootISO: a node that has the Python taloscluster's
+// boot ISO of the configured version (talos-<version>-tailscale.iso, the
+// same Image Factory image) needs no boot ISO upload; a node with another
+// version's, or none, does.
+func TestImageAdoptsPythonBootISO(t *testing.T) {
+	t.Parallel()
+	c, _, err := spec.Load("../../examples/proxmox-bridge", spec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Provider{c: c}
+	want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c)}
+	node := "pve1"
+	if len(c.Proxmox.Nodes) > 0 {
+		node = c.Proxmox.Nodes[0]
+	}
+	cases := []struct {
+		name string
+		iso  string
+		step bool
+	}{
+		{"python boot ISO of the version", "talos-" + c.Talos.Version + "-tailscale.iso", false},
+		{"python boot ISO of another version", "talos-v1.12.0-tailscale.iso", true},
+		{"no boot ISO", "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			inv := newInventory(false)
+			inv.nodes = []string{node}
+			for _, m := range want.Machines {
+				inv.owned[m.Hostname] = &vm{name: m.Hostname, node: node, running: true}
+			}
+			if tc.iso != "" {
+				inv.isos[node+"/"+p.isoVolume(tc.iso)] = true
+			}
+			steps, err := p.Plan(plan.PhaseImage, want, inv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(steps) > 0; got != tc.step {
+				t.Fatalf("image steps %v; want a step: %v", steps, tc.step)
+			}
+		})
 	}
 }
