@@ -276,7 +276,7 @@ func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostna
 		return fmt.Errorf("%s is not a desired machine", hostname)
 	}
 	m := want.Machines[i]
-	bootName, _, err := p.bootISO()
+	bootName, err := p.bootISOOn(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -302,6 +302,30 @@ func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostna
 		p.remember(hostname, id)
 		return p.keepOne(ctx, hostname, id)
 	}
+}
+
+// bootISOOn returns the boot ISO a new VM on node boots from: the
+// engine's, or, when only that is on the node, the Python taloscluster's
+// same image (see legacyBootISO).
+func (p *Provider) bootISOOn(ctx context.Context, node string) (string, error) {
+	name, _, err := p.bootISO()
+	if err != nil {
+		return "", err
+	}
+	legacy, ok := p.legacyBootISO()
+	if !ok {
+		return name, nil
+	}
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	storage := p.c.Proxmox.ISOStorage
+	if have, err := p.hasVolume(ctx, node, storage, p.isoVolume(name)); err != nil || have {
+		return name, err
+	}
+	if have, err := p.hasVolume(ctx, node, storage, p.isoVolume(legacy)); err != nil || !have {
+		return name, err
+	}
+	return legacy, nil
 }
 
 // createOnce asks for a VM id and creates the VM with it, under one call's

@@ -30,9 +30,22 @@ type fwRule struct {
 	Enable  bool
 }
 
+// allPorts is the port range the engine writes for a rule on every port.
+const allPorts = "1:65535"
+
+// canonicalPort returns the port of a rule as compared: Proxmox reads a
+// rule without dport as one on every port, so the engine's 1:65535 and an
+// empty dport (the Python taloscluster's intra-cluster rules) are equal.
+func canonicalPort(dport string) string {
+	if dport == allPorts {
+		return ""
+	}
+	return dport
+}
+
 // key identifies what a rule allows, whatever its position or comment.
 func (r fwRule) key() string {
-	return strings.Join([]string{r.Type, r.Action, r.Proto, r.Dport, r.Source}, "|")
+	return strings.Join([]string{r.Type, r.Action, r.Proto, canonicalPort(r.Dport), r.Source}, "|")
 }
 
 // same reports whether o is the rule r described when it was planned:
@@ -90,18 +103,32 @@ func governed(r fwRule, desired []fwRule) bool {
 		return true
 	}
 	for _, d := range desired {
-		if d.Proto == r.Proto && d.Dport == r.Dport {
+		if d.Proto == r.Proto && canonicalPort(d.Dport) == canonicalPort(r.Dport) {
 			return true
 		}
 	}
 	return false
 }
 
+// dhcpClientPort is the port of the desired dhcp-client rule.
+const dhcpClientPort = "68"
+
+// satisfiedByOptions reports whether the VM's firewall options already
+// allow what desired rule r allows, so that r need not be added: with the
+// option dhcp=1 (which the Python taloscluster sets) Proxmox itself
+// accepts the DHCP replies the dhcp-client rule (udp/68 from anywhere) is
+// there for. A rule that exists anyway is kept.
+func satisfiedByOptions(r fwRule, options map[string]string) bool {
+	return options["dhcp"] == "1" && r.Type == "in" && r.Action == "ACCEPT" &&
+		r.Proto == "udp" && r.Dport == dhcpClientPort && r.Source == ""
+}
+
 // firewallDiff returns the rules to add and the rules to delete (highest
-// position first) to bring observed to desired. Missing rules are added
-// before stale ones are deleted; duplicates collapse to one; a disabled
-// rule of ours is replaced. Rules on other ports are left alone.
-func firewallDiff(observed, desired []fwRule) (add, del []fwRule, foreign []fwRule) {
+// position first) to bring observed to desired, given the VM's firewall
+// options. Missing rules are added before stale ones are deleted, unless
+// the options already allow what they allow; duplicates collapse to one;
+// a disabled rule of ours is replaced. Rules on other ports are left alone.
+func firewallDiff(observed, desired []fwRule, options map[string]string) (add, del []fwRule, foreign []fwRule) {
 	have := map[string]bool{}
 	for _, o := range observed {
 		if o.Enable {
@@ -111,7 +138,7 @@ func firewallDiff(observed, desired []fwRule) (add, del []fwRule, foreign []fwRu
 	want := map[string]bool{}
 	for _, d := range desired {
 		want[d.key()] = true
-		if !have[d.key()] {
+		if !have[d.key()] && !satisfiedByOptions(d, options) {
 			add = append(add, d)
 			have[d.key()] = true
 		}

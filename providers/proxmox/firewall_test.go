@@ -30,7 +30,7 @@ func TestFirewallDiff(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			add, del, foreign := firewallDiff(tc.observed, desired)
+			add, del, foreign := firewallDiff(tc.observed, desired, fwOptions)
 			if len(add) != tc.add || len(del) != tc.del || len(foreign) != tc.own {
 				t.Fatalf("add %v, delete %v, foreign %v; want %d, %d, %d", add, del, foreign, tc.add, tc.del, tc.own)
 			}

@@ -72,6 +72,27 @@ func (p *Provider) bootISO() (string, string, error) {
 	return fmt.Sprintf("talos-%s-%s-nocloud-amd64.iso", p.c.Talos.Version, id[:12]), id, nil
 }
 
+// legacyBootISO returns the name the Python taloscluster gives the boot ISO
+// of the configured Talos version, and whether the engine takes it as its
+// own: the Python tool's ISO is the Image Factory's nocloud ISO with
+// exactly the qemu-guest-agent and tailscale extensions, so it is the same
+// image as the engine's whenever the engine's boot extensions are those.
+func (p *Provider) legacyBootISO() (string, bool) {
+	want := []string{spec.ExtensionQEMUGuestAgent, spec.ExtensionTailscale}
+	slices.Sort(want)
+	return fmt.Sprintf("talos-%s-tailscale.iso", p.c.Talos.Version), slices.Equal(p.c.BootExtensions(), want)
+}
+
+// hasBootISO reports whether node has a boot ISO of the configured
+// version: the engine's, or the Python taloscluster's same image.
+func (p *Provider) hasBootISO(inv *inventory, node, name string) bool {
+	if inv.isos[node+"/"+p.isoVolume(name)] {
+		return true
+	}
+	legacy, ok := p.legacyBootISO()
+	return ok && inv.isos[node+"/"+p.isoVolume(legacy)]
+}
+
 func (p *Provider) isoVolume(name string) string {
 	return p.c.Proxmox.ISOStorage + ":iso/" + name
 }
@@ -287,7 +308,7 @@ func (p *Provider) planImage(want *reconcile.Desired, inv *inventory) ([]plan.Ch
 	}
 	var missing []string
 	for _, n := range slices.Sorted(maps.Keys(nodes)) {
-		if !inv.isos[n+"/"+p.isoVolume(name)] {
+		if !p.hasBootISO(inv, n, name) {
 			missing = append(missing, n)
 		}
 	}
@@ -404,7 +425,7 @@ func (p *Provider) planExisting(m machineconfig.Machine, v *vm, desiredRules []f
 			plan.Attribute{Key: "power", Value: "stopped -> running"})
 	}
 	options := optionsDiff(v.fwOptions)
-	add, del, _ := firewallDiff(v.fwRules, desiredRules)
+	add, del, _ := firewallDiff(v.fwRules, desiredRules, v.fwOptions)
 	if len(options) > 0 || len(add) > 0 || len(del) > 0 {
 		var attrs []plan.Attribute
 		for _, k := range slices.Sorted(maps.Keys(options)) {
@@ -471,7 +492,7 @@ func (p *Provider) Warnings(have reconcile.Inventory) []string {
 		if nodes := p.c.Proxmox.Nodes; len(nodes) > 0 && !slices.Contains(nodes, inv.owned[name].node) {
 			out = append(out, fmt.Sprintf("VM %s runs on %s, which proxmox.nodes does not list; it stays there (VMs are not moved), only new VMs follow proxmox.nodes", name, inv.owned[name].node))
 		}
-		_, _, foreign := firewallDiff(inv.owned[name].fwRules, desired)
+		_, _, foreign := firewallDiff(inv.owned[name].fwRules, desired, inv.owned[name].fwOptions)
 		for _, r := range foreign {
 			out = append(out, fmt.Sprintf("VM %s has a firewall rule taloscluster does not manage (position %d: %s); it is left alone", name, r.Pos, r))
 		}
