@@ -381,11 +381,17 @@ func (r *run) unhealthy(ctx context.Context, tc *talos.Client, kc *kube.Client, 
 	}
 	f.nodes, f.nodesErr = kc.Nodes(ctx)
 	f.membersErr = errors.New("no control plane has an address")
+	up := map[string]bool{}
+	for h, addr := range r.addrs {
+		_, down := f.talos[h]
+		up[addr] = !down
+	}
 	for _, addr := range cps {
 		f.members, f.membersErr = tc.EtcdMembers(ctx, addr)
 		if f.membersErr == nil {
 			break
 		}
+		f.membersAnswered = f.membersAnswered || up[addr]
 	}
 	return g.unmet(f)
 }

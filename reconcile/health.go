@@ -37,6 +37,9 @@ type healthFacts struct {
 	// members are the etcd members, unless membersErr.
 	members    []talos.Member
 	membersErr error
+	// membersAnswered is set when membersErr came from a control plane
+	// whose Talos API answers: etcd itself could not be read.
+	membersAnswered bool
 }
 
 // describe says in one sentence what the gate checks.
@@ -75,7 +78,7 @@ func (g healthGate) unmet(f healthFacts) (why string, unread bool) {
 	}
 	if f.membersErr != nil {
 		reasons = append(reasons, "the etcd members could not be listed: "+f.membersErr.Error())
-		unread = unread || answeredWithError(f.membersErr)
+		unread = unread || f.membersAnswered || answeredWithError(f.membersErr)
 	} else {
 		var names []string
 		for _, m := range f.members {

@@ -452,8 +452,23 @@ func markUnread(p *plan.Plan, obs *Observation) {
 			p.Unread("the running machine config of "+h, n.ConfigUnknown)
 		}
 	}
-	if yes, _ := obs.Bootstrapped(); !obs.Offline && obs.Etcd.Unknown != "" && yes {
+	yes, _ := obs.Bootstrapped()
+	if !obs.Offline && obs.Etcd.Unknown != "" && yes {
 		p.Unread("the etcd members", obs.Etcd.Unknown)
+	}
+	if !obs.Offline && yes {
+		// A machine of a running cluster that reports no address was not
+		// asked anything: its version and config are unknown.
+		for _, m := range obs.Inventory.Machines() {
+			if _, asked := obs.Nodes[m.Hostname]; asked || !m.Running {
+				continue
+			}
+			why := "the provider reports no address for it yet"
+			if m.NoAddress != "" {
+				why = m.NoAddress
+			}
+			p.Unread("the address of "+m.Hostname+", so its version and machine config", why)
+		}
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // cluster keeps converging.
 func TestAgentNeverLetsTwoDirectoriesShareACluster(t *testing.T) {
 	t.Parallel()
-	w := newAgentWorld(t, "127.204.0.0/24")
+	w := newAgentWorld(t, "127.60.0.0/24")
 	main, _ := w.repo.Branch("main")
 	w.pollUntil(t, "the first converge", func() bool {
 		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
@@ -98,7 +98,7 @@ func TestAgentNeverLetsTwoDirectoriesShareACluster(t *testing.T) {
 // both refused, each naming the other.
 func TestAgentRefusesTwoNewDirectoriesWithOneName(t *testing.T) {
 	t.Parallel()
-	w := newAgentWorld(t, "127.205.0.0/24")
+	w := newAgentWorld(t, "127.61.0.0/24")
 	main, _ := w.repo.Branch("main")
 	w.pollUntil(t, "the first converge", func() bool {
 		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
@@ -180,7 +180,7 @@ func TestAgentPlansEveryClusterThatReadsAChangedFile(t *testing.T) {
 // and its plan status says so instead of nothing.
 func TestAgentSaysWhyASymlinkedClusterIsSkipped(t *testing.T) {
 	t.Parallel()
-	w := newAgentWorld(t, "127.208.0.0/24")
+	w := newAgentWorld(t, "127.62.0.0/24")
 	if _, err := w.repo.Commit("link", map[string]string{"clusters/linked/real.yaml": w.cluster}, "a cluster file"); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestAgentSaysWhyASymlinkedClusterIsSkipped(t *testing.T) {
 // touch it is the head it converges.
 func TestAgentResumedConvergeReportsOnTheMergeThatChangedTheCluster(t *testing.T) {
 	t.Parallel()
-	w := newAgentWorld(t, "127.209.0.0/24")
+	w := newAgentWorld(t, "127.63.0.0/24")
 	main, _ := w.repo.Branch("main")
 	w.pollUntil(t, "the first converge", func() bool {
 		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
@@ -244,7 +244,7 @@ func TestAgentResumedConvergeReportsOnTheMergeThatChangedTheCluster(t *testing.T
 // machines keep running.
 func TestAgentPlansADeletedDirectory(t *testing.T) {
 	t.Parallel()
-	w := newAgentWorld(t, "127.211.0.0/24")
+	w := newAgentWorld(t, "127.65.0.0/24")
 	main, _ := w.repo.Branch("main")
 	w.pollUntil(t, "the first converge", func() bool {
 		return w.status(main, "taloscluster/converge: clusters/demo") == "success"

@@ -15,7 +15,7 @@ import (
 // identity's certificate, and converge changes nothing.
 func TestConvergeRefusesAnotherIdentityThanTheMachines(t *testing.T) {
 	t.Parallel()
-	l, dir := labCluster(t, "127.210.0.0/24", "twice", 1)
+	l, dir := labCluster(t, "127.64.0.0/24", "twice", 1)
 	if code, stdout, stderr := cli(t, "converge", "-C", dir, "--yes"); code != 0 {
 		t.Fatalf("first converge exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
