@@ -446,8 +446,8 @@ func mtuDoc(alias, mac string, l2 *spec.L2) *network.LinkConfigV1Alpha1 {
 	if l2.Gateway.IsValid() {
 		// No destination is the default route.
 		doc.LinkRoutes = []network.RouteConfig{{
-			RouteGateway:     network.Addr{Addr: l2.Gateway},
-			RouteMTU:         routeClampMTU,
+			RouteGateway: network.Addr{Addr: l2.Gateway},
+			RouteMTU:     routeClampMTU,
 		}}
 	}
 
