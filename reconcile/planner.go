@@ -130,6 +130,9 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 	for _, name := range pluginNames(c) {
 		p.Warn(fmt.Sprintf("the %s section is validated, but this version does not run plugins yet; converge will not touch it", name))
 	}
+	for _, msg := range unbuiltWarnings(c) {
+		p.Warn(msg)
+	}
 	p.Sort()
 	return p, nil
 }
@@ -482,6 +485,32 @@ func pluginNames(c *spec.Cluster) []string {
 	}
 	if c.Plugins.Charts != nil {
 		out = append(out, "charts")
+	}
+	return out
+}
+
+// unbuiltWarnings names the keys that validate but whose feature this
+// version does not build yet, so that setting or changing them is never
+// silent.
+func unbuiltWarnings(c *spec.Cluster) []string {
+	var out []string
+	if ext := c.Network.External; ext != nil {
+		var keys []string
+		if ext.Gateway.IsValid() {
+			keys = append(keys, "network.external.gateway")
+		}
+		if ext.AnchorCIDR.IsValid() {
+			keys = append(keys, "network.external.anchor_cidr")
+		}
+		if ext.IngressPool != nil {
+			keys = append(keys, "network.external.ingress_pool")
+		}
+		if len(keys) > 0 {
+			out = append(out, fmt.Sprintf("%s: validated, but this version does not generate them yet: the external NIC gets no anchor address, default route or ingress return path", strings.Join(keys, ", ")))
+		}
+	}
+	if len(c.Metal) > 0 {
+		out = append(out, "the metal section is validated, but this version does not manage metal machines yet; converge will not touch them")
 	}
 	return out
 }

@@ -190,6 +190,9 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 		if b := px.Network.ExternalBridge; v.extBridge != b {
 			out = append(out, refuse(plan.KindMachine, m.Hostname, fmt.Sprintf("the external NIC would change from %q to %q (proxmox.network.external): not done in place", v.extBridge, b)))
 		}
+		if ext := p.c.Network.External; ext != nil && v.extBridge != "" && v.extBridge == px.Network.ExternalBridge && v.extVLAN != ext.VLAN {
+			out = append(out, refuse(plan.KindMachine, m.Hostname, fmt.Sprintf("network.external.vlan changed from %s to %s: moving a NIC to another VLAN is not done in place", vlanText(v.extVLAN), vlanText(ext.VLAN))))
+		}
 	}
 	return out
 }

@@ -182,6 +182,7 @@ type vm struct {
 	bridge    string
 	vlan      int    // the cluster NIC's VLAN tag, 0 for none
 	extBridge string // the external NIC's bridge, "" without one
+	extVLAN   int    // the external NIC's VLAN tag, 0 for none
 	config    map[string]string
 	addresses []netip.Addr
 	noAddress string // why a running VM reports no address
@@ -493,6 +494,7 @@ func (p *Provider) observeVM(ctx context.Context, v *vm) error {
 	v.bridge = propOf(v.config["net0"], "bridge")
 	v.vlan, _ = strconv.Atoi(propOf(v.config["net0"], "tag"))
 	v.extBridge = propOf(v.config["net1"], "bridge")
+	v.extVLAN, _ = strconv.Atoi(propOf(v.config["net1"], "tag"))
 	opts, err := p.api.GetItemConfigMapStringInterface(ctx, fmt.Sprintf("/nodes/%s/qemu/%d/firewall/options", v.node, v.id), "firewall", "options")
 	if err != nil {
 		return fmt.Errorf("reading the firewall options of %s: %w", v.name, err)

@@ -396,6 +396,18 @@ func machineDocs(c *spec.Cluster, m Machine) ([]config.Document, error) {
 		docs = append(docs, doc)
 	}
 
+	for _, l := range []struct {
+		alias, mac string
+		l2         *spec.L2
+	}{
+		{LinkCluster, m.ClusterMAC, &c.Network.Cluster},
+		{LinkExternal, m.ExternalMAC, c.Network.External},
+	} {
+		if doc := mtuDoc(l.alias, l.mac, l.l2); doc != nil {
+			docs = append(docs, doc)
+		}
+	}
+
 	if staticNetwork(c) && len(c.Network.DNS) > 0 {
 		r := network.NewResolverConfigV1Alpha1()
 		for _, ns := range c.Network.DNS {
@@ -413,6 +425,33 @@ func machineDocs(c *spec.Cluster, m Machine) ([]config.Document, error) {
 // OpenStack subnets and Proxmox bridges and VNets hand DNS out over DHCP.
 func staticNetwork(c *spec.Cluster) bool {
 	return c.Provider == spec.ProviderProxmox && c.Proxmox != nil && c.Proxmox.Network.SDN != nil
+}
+
+// routeClampMTU is the MTU of the default route on an L2 whose link MTU is
+// larger: traffic that leaves the L2 through its gateway stays at 1500.
+const routeClampMTU = 1500
+
+// mtuDoc sets the MTU of a link whose L2 states one above 1500 and, when
+// the L2 has a gateway, clamps its default route to 1500 (the spec's "link
+// MTU set, default route clamped to 1500"). It returns nil for the default
+// MTU or a NIC without a known MAC.
+func mtuDoc(alias, mac string, l2 *spec.L2) *network.LinkConfigV1Alpha1 {
+	if l2 == nil || mac == "" || l2.MTU <= routeClampMTU {
+		return nil
+	}
+
+	doc := network.NewLinkConfigV1Alpha1(alias)
+	doc.LinkMTU = uint32(l2.MTU)
+
+	if l2.Gateway.IsValid() {
+		// No destination is the default route.
+		doc.LinkRoutes = []network.RouteConfig{{
+			RouteGateway: network.Addr{Addr: l2.Gateway},
+			RouteMTU:     routeClampMTU,
+		}}
+	}
+
+	return doc
 }
 
 func linkAliasDoc(name, mac string) (*network.LinkAliasConfigV1Alpha1, error) {

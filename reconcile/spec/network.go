@@ -23,7 +23,7 @@ func (v *validator) network(t *node, provider ProviderKind) Network {
 		v.errorf(where(t, "network"), "network", "missing required section network (it needs cluster.cidr, dns and ntp)")
 		return out
 	}
-	if !v.mapping(net, "network", "dns", "ntp", "cluster", "external") {
+	if !v.mapping(net, "network", networkKeys...) {
 		return out
 	}
 	// dns: the key must exist; [] (or null) is fine.

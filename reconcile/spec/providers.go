@@ -18,7 +18,7 @@ var sdnIDRE = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9]{1,7}$`)
 
 func (v *validator) openstack(t *node) *OpenStack {
 	n := t.get("openstack")
-	if !v.mapping(n, "openstack", "url", "availability_zone", "external_net", "region", "metadata", "credential_id", "credential_secret") {
+	if !v.mapping(n, "openstack", openstackKeys...) {
 		return nil
 	}
 	o := &OpenStack{Region: "RegionOne", notText: map[string]bool{}}
@@ -52,8 +52,7 @@ func secretString(parent *node, key, path string, notText map[string]bool) strin
 
 func (v *validator) proxmox(t *node, c *Cluster) *Proxmox {
 	n := t.get("proxmox")
-	if !v.mapping(n, "proxmox", "url", "storage", "iso_storage", "cidata_storage", "placement_strategy",
-		"nodes", "tls_verify", "network", "token_id", "token_secret", "image_factory") {
+	if !v.mapping(n, "proxmox", proxmoxKeys...) {
 		return nil
 	}
 	p := &Proxmox{CIDataStorage: "local", PlacementStrategy: "spread", TLSVerify: TLSVerify{Verify: true}, ImageFactory: DefaultImageFactory, notText: map[string]bool{}}
@@ -124,14 +123,14 @@ func (v *validator) proxmoxNetwork(t, px *node, c *Cluster, p *Proxmox) {
 		v.errorf(where(px, "network"), "proxmox.network.cluster", "missing required key proxmox.network.cluster (one of bridge, vnet or sdn)")
 		return
 	}
-	if !v.mapping(pn, "proxmox.network", "cluster", "external") {
+	if !v.mapping(pn, "proxmox.network", proxmoxNetworkKeys...) {
 		return
 	}
 	cl := pn.get("cluster")
 	if cl.isNull() || cl.kind != kindMap {
 		v.errorf(where(pn, "cluster"), "proxmox.network.cluster", "proxmox.network.cluster must be a mapping with exactly one of bridge, vnet or sdn")
 	} else {
-		v.unknownKeys(cl, "proxmox.network.cluster", []string{"bridge", "vnet", "sdn"})
+		v.unknownKeys(cl, "proxmox.network.cluster", proxmoxClusterNetworkKeys)
 		// As in the Python tool, a bridge or vnet counts when its value is
 		// not false-like; an empty one is no choice at all.
 		bridge, hasBridge := v.proxmoxLink(cl, "bridge")
@@ -162,7 +161,7 @@ func (v *validator) proxmoxNetwork(t, px *node, c *Cluster, p *Proxmox) {
 	ext := pn.get("external")
 	switch {
 	case !ext.isNull():
-		if !v.mapping(ext, "proxmox.network.external", "bridge") {
+		if !v.mapping(ext, "proxmox.network.external", proxmoxExternalNetworkKeys...) {
 			break
 		}
 		if c.Network.External == nil {
@@ -208,7 +207,7 @@ func (v *validator) sdn(n *node, c *Cluster, p *Proxmox) *SDN {
 	if n.kind == kindNull {
 		n = &node{kind: kindMap, vals: map[string]*node{}, file: n.file, line: n.line}
 	}
-	v.unknownKeys(n, path, []string{"name", "zone", "controller", "asn", "vrf_tag", "tag", "mtu", "nodes", "exit_nodes", "primary_exit_node"})
+	v.unknownKeys(n, path, sdnKeys)
 	id := c.Name
 	if name, ok := v.str(n, "name", path+".name"); ok {
 		id = name

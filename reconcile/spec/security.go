@@ -92,7 +92,7 @@ func (v *validator) securityRule(entry *node, name, path string) (SecurityRule, 
 	if long {
 		var unknown []string
 		for _, k := range entry.keys {
-			if k != "hosts" && k != "port" {
+			if !slices.Contains(securityRuleKeys, k) {
 				unknown = append(unknown, k)
 			}
 		}

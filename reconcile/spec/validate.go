@@ -168,7 +168,7 @@ func (v *validator) section(t *node, key string, allowed ...string) *node {
 
 func (v *validator) talos(t *node) Talos {
 	var out Talos
-	sec := v.section(t, "talos", "version", "extensions", "config_patches", "kubespan")
+	sec := v.section(t, "talos", talosKeys...)
 	if sec == nil {
 		return out
 	}
@@ -188,7 +188,7 @@ func (v *validator) talos(t *node) Talos {
 
 func (v *validator) kubernetes(t *node, talosVersion string) Kubernetes {
 	var out Kubernetes
-	sec := v.section(t, "kubernetes", "version")
+	sec := v.section(t, "kubernetes", kubernetesKeys...)
 	if sec == nil {
 		return out
 	}
@@ -227,7 +227,7 @@ func (v *validator) tailscale(t *node) *Tailscale {
 	if n.isNull() {
 		return nil
 	}
-	if !v.mapping(n, "tailscale", "login_server", "auth_key") {
+	if !v.mapping(n, "tailscale", tailscaleKeys...) {
 		return nil
 	}
 	ts := &Tailscale{}
