@@ -448,14 +448,19 @@ func (e *cellEnv) node() netip.Addr {
 	return a
 }
 
-// kube is the cluster's Kubernetes API emulator, once bootstrapped.
+// kube is the cluster's Kubernetes API emulator, once bootstrapped (the
+// lab starts it right after the bootstrap; a loaded machine may take a
+// moment).
 func (e *cellEnv) kube(t *testing.T) *kube.Server {
 	t.Helper()
-	k, ok := e.lab.Kube(faultClusterName)
-	if !ok {
-		t.Fatal("the cluster has no Kubernetes API yet")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if k, ok := e.lab.Kube(faultClusterName); ok {
+			return k
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cluster has no Kubernetes API yet")
+		}
 	}
-	return k
 }
 
 // writeYAML rewrites cluster.yaml.

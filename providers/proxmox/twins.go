@@ -1,6 +1,8 @@
 package proxmox
 
 import (
+	"github.com/taloscluster/taloscluster/reconcile/retry"
+
 	"context"
 	"fmt"
 	"slices"
@@ -96,7 +98,7 @@ func (p *Provider) settled(ctx context.Context, hostname string, own int) ([]lis
 			p.log.Warn("a VM is still being created; comparing names without it", "cluster", p.c.Name, "vm", hostname)
 			return vms, nil
 		}
-		if err := sleep(ctx, twinPoll); err != nil {
+		if err := retry.Sleep(ctx, twinPoll); err != nil {
 			return nil, err
 		}
 	}
@@ -171,7 +173,7 @@ func (p *Provider) keepOne(ctx context.Context, hostname string, own int) error 
 			return fmt.Errorf("%w: VM %s has a twin created by another run (ids %d and %v), which that run did not remove within %s", reconcile.ErrPrecondition, hostname, own, newer, twinWait)
 		}
 		p.log.Info("another run created a twin of this VM; waiting for it to remove it", "cluster", p.c.Name, "vm", hostname, "id", own, "twin", newer[0])
-		if err := sleep(ctx, twinPoll); err != nil {
+		if err := retry.Sleep(ctx, twinPoll); err != nil {
 			return err
 		}
 	}
@@ -219,16 +221,4 @@ func (p *Provider) createdByThisRun(hostname string) (int, bool) {
 	defer p.mu.Unlock()
 	id, ok := p.created[hostname]
 	return id, ok
-}
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

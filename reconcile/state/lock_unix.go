@@ -23,13 +23,12 @@ func lockFile(path, cluster, command string, now time.Time) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the lock file of cluster %q: %w", cluster, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		defer f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			data, _ := io.ReadAll(io.LimitReader(f, 4096))
-			return nil, &LockedError{Cluster: cluster, Holder: decodeHolder(data)}
+	if busy, record, err := tryLock(f, path); err != nil || busy {
+		f.Close()
+		if busy {
+			return nil, &LockedError{Cluster: cluster, Holder: decodeHolder(record)}
 		}
-		return nil, fmt.Errorf("locking %s: %w", path, err)
+		return nil, err
 	}
 	// The file may have been removed by the holder that released it
 	// between our open and our lock: then we hold a lock nobody else can
@@ -38,17 +37,39 @@ func lockFile(path, cluster, command string, now time.Time) (*os.File, error) {
 		f.Close()
 		return nil, errRetryNow
 	}
-	h := newHolder(command, now)
-	if err := f.Truncate(0); err != nil {
+	if err := writeHolder(f, path, command, now); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("writing the holder of %s: %w", path, err)
+		return nil, err
 	}
-	if _, err := f.WriteAt(h.encode(), 0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("writing the holder of %s: %w", path, err)
+	return f, nil
+}
+
+// tryLock takes the advisory lock (flock LOCK_EX) on f without waiting.
+// busy is set, with the record its holder wrote, when another process
+// holds it.
+func tryLock(f *os.File, path string) (busy bool, record []byte, err error) {
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	switch {
+	case err == nil:
+		return false, nil, nil
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		record, _ = io.ReadAll(io.LimitReader(f, 4096))
+		return true, record, nil
+	}
+	return false, nil, fmt.Errorf("locking %s: %w", path, err)
+}
+
+// writeHolder replaces the record in the lock file f (at path) with one
+// naming this process running command since now.
+func writeHolder(f *os.File, path, command string, now time.Time) error {
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("writing the holder of %s: %w", path, err)
+	}
+	if _, err := f.WriteAt(newHolder(command, now).encode(), 0); err != nil {
+		return fmt.Errorf("writing the holder of %s: %w", path, err)
 	}
 	_ = f.Sync()
-	return f, nil
+	return nil
 }
 
 // samePath reports whether path still names the open file f.
@@ -103,24 +124,17 @@ func LockDataDir(dir, command string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the lock of the data directory %s: %w", dir, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		defer f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			data, _ := io.ReadAll(io.LimitReader(f, 4096))
-			return nil, &DataDirInUseError{Dir: dir, Holder: decodeHolder(data)}
+	if busy, record, err := tryLock(f, path); err != nil || busy {
+		f.Close()
+		if busy {
+			return nil, &DataDirInUseError{Dir: dir, Holder: decodeHolder(record)}
 		}
-		return nil, fmt.Errorf("locking %s: %w", path, err)
+		return nil, err
 	}
-	h := newHolder(command, time.Now())
-	if err := f.Truncate(0); err != nil {
+	if err := writeHolder(f, path, command, time.Now()); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("writing the holder of %s: %w", path, err)
+		return nil, err
 	}
-	if _, err := f.WriteAt(h.encode(), 0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("writing the holder of %s: %w", path, err)
-	}
-	_ = f.Sync()
 	// The file stays when released: the next agent locks the same file,
 	// so two never hold two different files.
 	return sync.OnceFunc(func() { _ = f.Close() }), nil
