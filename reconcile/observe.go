@@ -3,7 +3,6 @@ package reconcile
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -372,9 +371,4 @@ func controlPlanes(want *Desired) []string {
 		}
 	}
 	return out
-}
-
-// owned reports whether the inventory holds a machine of that hostname.
-func owned(inv Inventory, hostname string) bool {
-	return slices.ContainsFunc(inv.Machines(), func(m Machine) bool { return m.Hostname == hostname })
 }
