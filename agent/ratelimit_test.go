@@ -77,7 +77,7 @@ func TestRateLimitHoldsReportsAndPlansButNotConverges(t *testing.T) {
 // rate limit is planned after it, not marked untrusted.
 func TestRateLimitedPermissionIsReadAfterTheLimit(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, func(c *agent.Config) { c.Repository.PollInterval = agent.Duration(time.Millisecond) })
+	w := newWorld(t, func(c *agent.Config) { c.Repository.PollInterval = agent.Duration(200 * time.Millisecond) })
 	w.forge.mu.Lock()
 	w.forge.limitedUntil, w.forge.limitOnly = time.Now().Add(time.Hour), "Permission"
 	w.forge.mu.Unlock()
@@ -93,7 +93,7 @@ func TestRateLimitedPermissionIsReadAfterTheLimit(t *testing.T) {
 		t.Fatalf("Ready: %v", err)
 	}
 	w.forge.limit(time.Time{})
-	time.Sleep(2 * time.Millisecond)
+	time.Sleep(210 * time.Millisecond) // a poll interval: the agent asks /rate_limit again
 	w.poll()
 	if got := w.last("h1", planContext); got.state != "success" {
 		t.Fatalf("plan status after the limit: %+v", got)
