@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -43,6 +44,8 @@ type fakeRepo struct {
 	mu    sync.Mutex
 	heads gitsync.Heads
 	trees map[string]fstest.MapFS
+	// prErr, when set, fails reading a pull request's changes.
+	prErr error
 }
 
 func (r *fakeRepo) Fetch(context.Context, []int) (gitsync.Heads, error) {
@@ -71,6 +74,11 @@ func (r *fakeRepo) ChangedPaths(context.Context, string, string) ([]string, erro
 }
 
 func (r *fakeRepo) PRChanges(context.Context, string, string) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.prErr != nil {
+		return nil, r.prErr
+	}
 	return []string{cluster + "/cluster.yaml"}, nil
 }
 
@@ -1060,4 +1068,55 @@ func TestIncompletePlanIsNotASuccess(t *testing.T) {
 	if !strings.Contains(body, "**Incomplete:**") || !strings.Contains(body, "the etcd members could not be read") {
 		t.Fatalf("plan comment %q, want it to say incomplete", body)
 	}
+}
+
+// A pull request whose changes cannot be read is tried again on every
+// poll, and the same error is logged once, not once a poll.
+func TestRepeatedPullRequestErrorIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	var logs syncLog
+	w := newWorld(t, nil)
+	w.deps.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	w.agent.Close()
+	w.startAgent()
+	w.repo.mu.Lock()
+	w.repo.prErr = errors.New("object not found")
+	w.repo.trees["h1"] = fstest.MapFS{cluster + "/cluster.yaml": {Data: []byte("w1")}}
+	w.repo.heads.PRs = map[int]string{1: "h1"}
+	w.repo.mu.Unlock()
+	w.forge.mu.Lock()
+	w.forge.open = []gh.PR{{Number: 1, Head: "h1", Author: "alice", Title: "grow"}}
+	w.forge.mu.Unlock()
+	for range 5 {
+		w.poll()
+	}
+	if n := strings.Count(logs.String(), "reading the changes of a pull request"); n != 1 {
+		t.Fatalf("the error was logged %d times in 5 polls, want once:\n%s", n, logs.String())
+	}
+	// Readable again: it is planned.
+	w.repo.mu.Lock()
+	w.repo.prErr = nil
+	w.repo.mu.Unlock()
+	w.poll()
+	if got := w.last("h1", planContext); got.state != gh.StateSuccess {
+		t.Fatalf("plan status once readable: %+v", got)
+	}
+}
+
+// syncLog is a log sink safe for the agent's goroutines.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
