@@ -48,8 +48,10 @@ func TestRateLimitHoldsReportsAndPlansButNotConverges(t *testing.T) {
 	w.forge.mu.Lock()
 	refused := w.forge.refused
 	w.forge.mu.Unlock()
-	if refused != 1 {
-		t.Errorf("GitHub was asked %d times under the limit, want once (then the agent knows)", refused)
+	// The poll and the report delivery run side by side: each may meet
+	// the limit once before the agent knows it, never once a poll.
+	if refused < 1 || refused > 2 {
+		t.Errorf("GitHub was asked %d times under the limit over 5 polls, want once per caller (then the agent knows)", refused)
 	}
 	if err := w.agent.Ready(); err == nil || !strings.Contains(err.Error(), "GitHub API rate limit exhausted until "+until.UTC().Format(time.RFC3339)) {
 		t.Errorf("Ready: %v", err)
