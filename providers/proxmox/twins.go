@@ -1,14 +1,13 @@
 package proxmox
 
 import (
-	"github.com/taloscluster/taloscluster/reconcile/retry"
-
 	"context"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 )
 
 // Two runs of one cluster that do not share a lock (two copies of its
