@@ -331,6 +331,17 @@ func enginePatches(in Input, m Machine) ([]namedPatch, error) {
 		}
 	}
 
+	if externalOn(c, m) && c.Network.External.IngressPool != nil {
+		kubeVersion := in.KubernetesVersion
+		if kubeVersion == "" {
+			kubeVersion = c.Kubernetes.Version
+		}
+
+		if err := add("return-path", returnPathDoc(c, m, kubeVersion)); err != nil {
+			return nil, err
+		}
+	}
+
 	return patches, nil
 }
 
@@ -396,16 +407,15 @@ func machineDocs(c *spec.Cluster, m Machine) ([]config.Document, error) {
 		docs = append(docs, doc)
 	}
 
-	for _, l := range []struct {
-		alias, mac string
-		l2         *spec.L2
-	}{
-		{LinkCluster, m.ClusterMAC, &c.Network.Cluster},
-		{LinkExternal, m.ExternalMAC, c.Network.External},
-	} {
-		if doc := mtuDoc(l.alias, l.mac, l.l2); doc != nil {
-			docs = append(docs, doc)
+	if externalOn(c, m) {
+		ext, err := externalDocs(c, m)
+		if err != nil {
+			return nil, err
 		}
+
+		docs = append(docs, ext...)
+	} else if doc := mtuDoc(LinkCluster, m.ClusterMAC, &c.Network.Cluster); doc != nil {
+		docs = append(docs, doc)
 	}
 
 	if staticNetwork(c) && len(c.Network.DNS) > 0 {
