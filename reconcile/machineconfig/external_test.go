@@ -226,3 +226,36 @@ func pods(cfg coreconfig.Provider) int {
 	}
 	return len(v.MachineConfig.MachinePods)
 }
+
+// TestExternalKeysChangeConfig checks that a change of each generated
+// network.external key changes the machine config of every machine it
+// reaches, so a live cluster sees it as a config difference (refused until
+// config apply is built), never as nothing.
+func TestExternalKeysChangeConfig(t *testing.T) {
+	t.Parallel()
+
+	pool := &spec.AddrRange{Start: netip.MustParseAddr("192.0.2.20"), End: netip.MustParseAddr("192.0.2.29")}
+	render := func(t *testing.T, mod func(*spec.L2), host string) string {
+		t.Helper()
+		c := proxmoxCluster()
+		c.Network.External.IngressPool = pool
+		mod(c.Network.External)
+		data, err := machineconfig.Encode(generate(t, proxmoxInput(t, c), machine(t, c, host)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	for key, mod := range map[string]func(*spec.L2){
+		"gateway":      func(l *spec.L2) { l.Gateway = netip.MustParseAddr("192.0.2.254") },
+		"anchor_cidr":  func(l *spec.L2) { l.AnchorCIDR = netip.MustParsePrefix("169.254.128.0/20") },
+		"ingress_pool": func(l *spec.L2) { l.IngressPool = nil },
+		"cidr":         func(l *spec.L2) { l.CIDR = netip.MustParsePrefix("192.0.0.0/22") },
+	} {
+		for _, host := range []string{"lab-controlplane-01", "lab-worker-01"} {
+			if render(t, func(*spec.L2) {}, host) == render(t, mod, host) {
+				t.Errorf("network.external.%s changed, but the config of %s did not", key, host)
+			}
+		}
+	}
+}
