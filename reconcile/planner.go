@@ -494,21 +494,6 @@ func pluginNames(c *spec.Cluster) []string {
 // silent.
 func unbuiltWarnings(c *spec.Cluster) []string {
 	var out []string
-	if ext := c.Network.External; ext != nil {
-		var keys []string
-		if ext.Gateway.IsValid() {
-			keys = append(keys, "network.external.gateway")
-		}
-		if ext.AnchorCIDR.IsValid() {
-			keys = append(keys, "network.external.anchor_cidr")
-		}
-		if ext.IngressPool != nil {
-			keys = append(keys, "network.external.ingress_pool")
-		}
-		if len(keys) > 0 {
-			out = append(out, fmt.Sprintf("%s: validated, but this version does not generate them yet: the external NIC gets no anchor address, default route or ingress return path", strings.Join(keys, ", ")))
-		}
-	}
 	if len(c.Metal) > 0 {
 		out = append(out, "the metal section is validated, but this version does not manage metal machines yet; converge will not touch them")
 	}

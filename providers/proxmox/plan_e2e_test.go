@@ -252,6 +252,10 @@ func keyWalk(name string, net netip.Prefix, pveURL string) ([]keyCase, []inertKe
 	}
 	extBridge := [][2]string{{"proxmox.network.external.bridge", "vmbr0"}}
 	externalNIC := "refused: the external NIC would change"
+	// Adding the external network also changes every machine config (the
+	// anchor address, table 100, the return-path pod), refused until
+	// config apply is built.
+	configDiffers := "refused: the running machine config differs"
 	sdn := func(k, v string) keyCase {
 		return keyCase{key: "proxmox.network.cluster.sdn." + k, path: "proxmox.network.cluster", value: "{sdn: {" + k + ": " + v + "}}",
 			also: [][2]string{{"network.dns", "[192.0.2.53]"}}, want: "refused: a managed SDN cluster network (proxmox.network.cluster.sdn) is not supported yet"}
@@ -295,9 +299,9 @@ func keyWalk(name string, net netip.Prefix, pveURL string) ([]keyCase, []inertKe
 		{key: "network.cluster.vlan", value: "12", want: "refused: moving a NIC to another VLAN"},
 		{key: "network.cluster.kubeapi_vip", value: host(6), want: "refused: the running machine config differs"},
 		{key: "network.external.cidr", path: "network.external", value: external(""), also: extBridge, want: externalNIC},
-		{key: "network.external.gateway", path: "network.external", value: external(""), also: extBridge, want: "warning: network.external.gateway"},
-		{key: "network.external.anchor_cidr", path: "network.external", value: external(""), also: extBridge, want: "warning: network.external.anchor_cidr"},
-		{key: "network.external.ingress_pool", path: "network.external", value: external(", ingress_pool: 198.51.100.20-198.51.100.29"), also: extBridge, want: "warning: network.external.ingress_pool"},
+		{key: "network.external.gateway", path: "network.external", value: external(""), also: extBridge, want: configDiffers},
+		{key: "network.external.anchor_cidr", path: "network.external", value: external(""), also: extBridge, want: configDiffers},
+		{key: "network.external.ingress_pool", path: "network.external", value: external(", ingress_pool: 198.51.100.20-198.51.100.29"), also: extBridge, want: configDiffers},
 		{key: "network.external.vlan", path: "network.external", value: external(", vlan: 100"), also: extBridge, want: externalNIC},
 		{key: "network.external.mtu", path: "network.external", value: external(", mtu: 9000"), also: extBridge, want: externalNIC},
 		{key: "network.external.kubeapi_vip", path: "network.external", value: external(", kubeapi_vip: 198.51.100.10"),

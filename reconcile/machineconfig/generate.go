@@ -80,7 +80,8 @@ type Input struct {
 // the secrets bundle, endpoint, versions, install disk and installer image)
 // is patched in this order: machine (node labels, time servers, link
 // aliases, resolvers), hostname, cluster (control planes only: scheduling,
-// etcd subnets, VIP), firewall, KubeSpan, tailscale, provider patches, then
+// etcd subnets, VIP), firewall, KubeSpan, tailscale, the ingress_pool's
+// return-path pod, provider patches, then
 // user patches (talos.config_patches, then the pool's config_patches), so a
 // later patch overrides an earlier one. The result must pass the machinery's
 // own validation for the cloud runtime mode; call Validate on it for the
@@ -331,6 +332,17 @@ func enginePatches(in Input, m Machine) ([]namedPatch, error) {
 		}
 	}
 
+	if externalOn(c, m) && c.Network.External.IngressPool != nil {
+		kubeVersion := in.KubernetesVersion
+		if kubeVersion == "" {
+			kubeVersion = c.Kubernetes.Version
+		}
+
+		if err := add("return-path", returnPathDoc(c, m, kubeVersion)); err != nil {
+			return nil, err
+		}
+	}
+
 	return patches, nil
 }
 
@@ -363,8 +375,9 @@ func NodeLabels(c *spec.Cluster, p spec.Pool) map[string]string {
 }
 
 // machineDocs is the machine patch: node labels, time servers, link aliases
-// for the NICs with a known MAC, and resolvers on statically addressed
-// networks.
+// for the NICs with a known MAC, the links (MTU above 1500; with an
+// external NIC the external network's addressing and policy routing, see
+// externalDocs), and resolvers on statically addressed networks.
 func machineDocs(c *spec.Cluster, m Machine) ([]config.Document, error) {
 	v1 := &v1alpha1.Config{
 		MachineConfig: &v1alpha1.MachineConfig{
@@ -396,16 +409,15 @@ func machineDocs(c *spec.Cluster, m Machine) ([]config.Document, error) {
 		docs = append(docs, doc)
 	}
 
-	for _, l := range []struct {
-		alias, mac string
-		l2         *spec.L2
-	}{
-		{LinkCluster, m.ClusterMAC, &c.Network.Cluster},
-		{LinkExternal, m.ExternalMAC, c.Network.External},
-	} {
-		if doc := mtuDoc(l.alias, l.mac, l.l2); doc != nil {
-			docs = append(docs, doc)
+	if externalOn(c, m) {
+		ext, err := externalDocs(c, m)
+		if err != nil {
+			return nil, err
 		}
+
+		docs = append(docs, ext...)
+	} else if doc := mtuDoc(LinkCluster, m.ClusterMAC, &c.Network.Cluster); doc != nil {
+		docs = append(docs, doc)
 	}
 
 	if staticNetwork(c) && len(c.Network.DNS) > 0 {
