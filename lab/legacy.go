@@ -126,6 +126,7 @@ func (b *legacyBuild) run(ctx context.Context) error {
 		{"bootstrapping etcd", b.bootstrap},
 		{"writing talosconfig and kubeconfig", b.clientFiles},
 		{"removing the config ISOs", b.finalize},
+		{"waiting for Proxmox to report the VMs", b.reported},
 	}
 	for _, s := range steps {
 		if err := s.fn(ctx); err != nil {
@@ -511,6 +512,32 @@ func (b *legacyBuild) finalize(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// reported waits until /cluster/resources lists every VM by name and
+// running (pvestatd's broadcast), as it has long done on a real Proxmox
+// VE by the time the Python tool's health wait ends.
+func (b *legacyBuild) reported(ctx context.Context) error {
+	return waitFor(ctx, "the VMs in /cluster/resources", func() error {
+		data, err := b.call(ctx, http.MethodGet, "/cluster/resources", url.Values{"type": {"vm"}})
+		if err != nil {
+			return err
+		}
+		list, _ := data.([]any)
+		seen := map[string]bool{}
+		for _, r := range list {
+			m, _ := r.(map[string]any)
+			if name, _ := m["name"].(string); m["status"] == "running" {
+				seen[name] = true
+			}
+		}
+		for _, m := range b.machines {
+			if !seen[m.hostname] {
+				return fmt.Errorf("%s not reported running yet", m.hostname)
+			}
+		}
+		return nil
+	})
 }
 
 // call makes one Proxmox API request and returns its data.

@@ -77,7 +77,9 @@ func launch(t *testing.T, args ...string) (*runningLab, error) {
 			t.Errorf("taloslab up did not stop")
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	// The lab.env comes after the legacy cluster is built and Proxmox's
+	// status broadcast (every 10 s) reports its VMs.
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		if _, err := os.Stat(filepath.Join(r.dir, "lab.env")); err == nil {
 			break
