@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -165,6 +166,9 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	l.PVE = pve.New(pve.Options{
 		Nodes: o.Nodes, TokenID: l.TokenID, TokenSecret: l.TokenSecret, TaskDuration: o.TaskDuration, StatsInterval: o.statsInterval(),
 		Machines: (*machineHooks)(l), Bridges: bridges, DatacenterFirewall: true, Logger: o.Logger,
+		// download-url fetches from the lab's Image Factory, whose
+		// certificate the lab's CA signs.
+		HTTPClient: &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}},
 	})
 	l.Factory = factory.New()
 	if l.PVEURL, err = l.serve(ctx, l.PVE.Handler()); err != nil {

@@ -9,19 +9,26 @@
 // credential), DIR/agent.yaml and DIR/examples/<name>/ cluster directories
 // that point at the lab, then serves until interrupted.
 //
-// The lab's two Proxmox bridges, vmbr0 (examples/proxmox) and vmbr1 (the
-// GitOps cluster in the forge), each get a /24 network inside 127.0.0.0/8:
-// nodes lease hosts .100 and up (Talos API on port 50000), a cluster's API
+// The lab's three Proxmox bridges, vmbr0 (examples/proxmox), vmbr1 (the
+// GitOps cluster in the forge) and vmbr2 (examples/proxmox-legacy), each
+// get a /24 network inside 127.0.0.0/8: nodes lease hosts .100 and up (Talos API on port 50000), a cluster's API
 // VIP is host .5 (Kubernetes API on 6443). Without --subnet, taloslab up
 // takes the first free blocks among 127.42.0.0/24, 127.43.0.0/24, then
 // 127.100.0.0/24 and up: a block is free when no other taloslab holds its
 // lock (an flock on $TMPDIR/taloslab-127.N.0.0-24.lock, held while the lab
 // runs) and every one of those addresses can be listened on. Several labs
-// can so run on one machine. --subnet names the networks instead (one or
-// two, for vmbr0 then vmbr1); a named network that is not free is an
+// can so run on one machine. --subnet names the networks instead (one to
+// three, for vmbr0, vmbr1 then vmbr2); a named network that is not free is an
 // error. lab.env exports the networks as TALOSLAB_SUBNETS (comma-separated,
-// in bridge order, as --subnet takes them), TALOSLAB_VMBR0_NET and
-// TALOSLAB_VMBR1_NET.
+// in bridge order, as --subnet takes them), TALOSLAB_VMBR0_NET,
+// TALOSLAB_VMBR1_NET and TALOSLAB_VMBR2_NET.
+//
+// examples/proxmox-legacy is a cluster already running in the lab exactly
+// as the Python taloscluster would have left it (lab.WriteLegacyCluster):
+// its VMs, firewalls and boot ISO on Proxmox, its nodes bootstrapped, and
+// talossecrets.yaml, talosconfig and kubeconfig beside its cluster.yaml.
+// `taloscluster plan` there shows only the differences docs/migration.md
+// lists.
 //
 // taloslab up exits 1 with a message naming the address when an address
 // the lab needs cannot be listened on: before it starts, or later when a
@@ -120,7 +127,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "directory for ca.pem, lab.env, agent.yaml and examples/ (required)")
 	var subnets subnetList
-	fs.Var(&subnets, "subnet", "the /24 network of vmbr0, then of vmbr1 (repeat the flag or separate with commas); default: the first free 127.N.0.0/24 blocks")
+	fs.Var(&subnets, "subnet", "the /24 network of vmbr0, then of vmbr1 and vmbr2 (repeat the flag or separate with commas); default: the first free 127.N.0.0/24 blocks")
 	boot := fs.Duration("boot-delay", 300*time.Millisecond, "time from VM start until the node's Talos API answers")
 	install := fs.Duration("install-delay", 700*time.Millisecond, "extra time of a first boot that installs Talos")
 	reboot := fs.Duration("reboot-delay", 500*time.Millisecond, "time a rebooting node is down")
@@ -170,7 +177,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer control.Close()
 	controlURL := "http://" + ln.Addr().String()
 
-	if err := writeLabFiles(*dir, l, controlURL, gitops, nets); err != nil {
+	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.FactoryURL, controlURL)
@@ -185,9 +192,10 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// writeLabFiles writes the CA, the example clusters and, last, lab.env, so
+// writeLabFiles writes the CA, the example clusters (building the legacy
+// one in the lab) and, last, lab.env, so
 // a script can wait for lab.env to know the lab is ready.
-func writeLabFiles(dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation) error {
+func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation) error {
 	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -196,6 +204,9 @@ func writeLabFiles(dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets
 		return err
 	}
 	if err := l.WriteCluster(filepath.Join(dir, "examples", "proxmox"), lab.Cluster{Name: "demo", Workers: 2, Bridge: "vmbr0"}); err != nil {
+		return err
+	}
+	if err := l.WriteLegacyCluster(ctx, filepath.Join(dir, "examples", "proxmox-legacy"), lab.Cluster{Name: "legacy", Workers: 1, Bridge: "vmbr2"}); err != nil {
 		return err
 	}
 	env := fmt.Sprintf(`# taloslab endpoints and credentials (loopback only)
@@ -215,11 +226,12 @@ export TALOSLAB_AGENT_URL=%q
 export TALOSLAB_SUBNETS=%q
 export TALOSLAB_VMBR0_NET=%q
 export TALOSLAB_VMBR1_NET=%q
+export TALOSLAB_VMBR2_NET=%q
 # The forge at TALOSLAB_GITHUB_API also serves the releases of %s
 # (latest %s) and %s (latest %s), as GitHub's releases API.
 `, l.PVEURL, l.TokenID, l.TokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
 		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
-		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(),
+		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(), nets.nets["vmbr2"].String(),
 		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest)
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
 }

@@ -77,7 +77,9 @@ func launch(t *testing.T, args ...string) (*runningLab, error) {
 			t.Errorf("taloslab up did not stop")
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	// The lab.env comes after the legacy cluster is built and Proxmox's
+	// status broadcast (every 10 s) reports its VMs.
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		if _, err := os.Stat(filepath.Join(r.dir, "lab.env")); err == nil {
 			break
@@ -233,21 +235,31 @@ func TestTwoLabsAtOnce(t *testing.T) {
 				}
 			}
 		}
-		// A VM on each bridge boots into a node at the bridge's first
-		// lease address.
-		for j, bridge := range bridgeNames {
-			l.startVM(t, 100+j, bridge)
+		// A VM on vmbr0 and vmbr1 boots into a node at the bridge's
+		// first lease address (vmbr2's are the legacy cluster's).
+		for j, bridge := range bridgeNames[:2] {
+			l.startVM(t, 1000+j, bridge)
 		}
-		for _, p := range nets {
+		for _, p := range nets[:2] {
 			waitListening(t, netip.AddrPortFrom(host(p, 100), 50000))
 		}
 		status, body := l.control(t, http.MethodGet, "/lab/v1/nodes", "")
 		var nodes []struct {
-			Addr string `json:"addr"`
-			Up   bool   `json:"up"`
+			Addr    string `json:"addr"`
+			Up      bool   `json:"up"`
+			Cluster string `json:"cluster"`
 		}
-		if err := json.Unmarshal(body, &nodes); status != http.StatusOK || err != nil || len(nodes) != 2 {
+		if err := json.Unmarshal(body, &nodes); status != http.StatusOK || err != nil {
 			t.Fatalf("lab %d nodes: %d %s", i, status, body)
+		}
+		started := 0
+		for _, n := range nodes {
+			if n.Cluster != "legacy" {
+				started++
+			}
+		}
+		if started != 2 {
+			t.Fatalf("lab %d has %d nodes besides the legacy cluster's, want 2: %s", i, started, body)
 		}
 		for _, n := range nodes {
 			if a, err := netip.ParseAddr(n.Addr); err != nil || !slices.ContainsFunc(nets, func(p netip.Prefix) bool { return p.Contains(a) }) {
@@ -267,7 +279,7 @@ func TestLabFailsWhenANodeCannotListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer squatter.Close()
-	l.startVM(t, 100, "vmbr0")
+	l.startVM(t, 1000, "vmbr0")
 	select {
 	case err := <-l.done:
 		var lerr *listenError
@@ -348,7 +360,7 @@ func TestSubnetFlag(t *testing.T) {
 		{[]string{"127.50.0.0/24"}, "127.50.0.0/24"},
 		{[]string{"127.50.0.0/24,127.51.0.0/24"}, "127.50.0.0/24,127.51.0.0/24"},
 		{[]string{"127.50.0.0/24", "127.51.0.0/24"}, "127.50.0.0/24,127.51.0.0/24"},
-		{[]string{"127.50.0.0/24,127.51.0.0/24,127.52.0.0/24"}, "the lab has 2 bridges"},
+		{[]string{"127.50.0.0/24,127.51.0.0/24,127.52.0.0/24,127.53.0.0/24"}, "the lab has 3 bridges"},
 		{[]string{"127.50.0.0/24,127.50.0.0/24"}, "given twice"},
 		{[]string{"127.50.0.1/24"}, "did you mean 127.50.0.0/24"},
 		{[]string{"127.50.0.0/16"}, "/24 blocks inside 127.0.0.0/8"},

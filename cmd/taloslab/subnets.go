@@ -13,8 +13,9 @@ import (
 
 // bridgeNames are the lab's Proxmox bridges, in the order --subnet values
 // and TALOSLAB_SUBNETS list their networks: examples/proxmox is on vmbr0,
-// the GitOps cluster on vmbr1.
-var bridgeNames = []string{"vmbr0", "vmbr1"}
+// the GitOps cluster on vmbr1, examples/proxmox-legacy (the cluster the
+// Python taloscluster left) on vmbr2.
+var bridgeNames = []string{"vmbr0", "vmbr1", "vmbr2"}
 
 // The addresses the lab serves in each bridge network: the API VIP of a
 // cluster on that bridge (host .5, the Kubernetes API on 6443) and the

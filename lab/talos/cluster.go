@@ -406,6 +406,18 @@ func nodeVIPs(n *node) []netip.Addr {
 		}
 	}
 
+	// The legacy form, a vip on a machine.network.interfaces entry, which
+	// Talos still honours (the Python taloscluster writes it).
+	if n.cfg.Machine() != nil {
+		for _, d := range n.cfg.Machine().Network().Devices() {
+			if v := d.VIPConfig(); v != nil {
+				if a, err := netip.ParseAddr(v.IP()); err == nil && !slices.Contains(out, a) {
+					out = append(out, a)
+				}
+			}
+		}
+	}
+
 	return out
 }
 
