@@ -29,6 +29,9 @@ type run struct {
 	// addrs are the machines' addresses, by hostname, as waitAddresses
 	// last saw them.
 	addrs map[string]string
+	// unreadAddrs are the machines whose address could not be read when
+	// planning (waitAddresses' op): waited for only within the read budget.
+	unreadAddrs []string
 }
 
 // execute runs the plan's steps in order, each recorded in the journal
@@ -94,6 +97,7 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 	case writeKubeconfig:
 		return r.writeKubeconfig(ctx)
 	case waitAddresses:
+		r.unreadAddrs = op.unread
 		_, err := r.waitAddresses(ctx)
 		return err
 	case waitHealthy:
@@ -163,7 +167,7 @@ func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
 	defer cancel()
 	cps := controlPlanes(r.want)
-	lastReport := time.Now()
+	started, lastReport := time.Now(), time.Now()
 	var missing []string
 	for {
 		inv, err := e.Infra.Observe(ctx)
@@ -192,6 +196,10 @@ func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
 			if len(missing) == 0 {
 				r.addrs = all
 				return addrs, nil
+			}
+			if time.Since(started) >= e.readBudget() && len(r.unreadAddrs) > 0 && allUnread(missing, r.unreadAddrs) {
+				return nil, retry.Transient(fmt.Errorf("waiting for machine addresses: the address of %s could not be read for %s (it could not when planning either): %s",
+					strings.Join(r.unreadAddrs, ", "), e.readBudget().Round(time.Second), strings.Join(missing, ", ")))
 			}
 		} else if ctx.Err() == nil && !retry.IsTransient(err) {
 			return nil, err
@@ -415,4 +423,16 @@ func (r *run) deleteState(ctx context.Context, file string) error {
 		return fmt.Errorf("%w: %d machines are still there (e.g. %s); the cluster's state was kept", ErrPrecondition, len(left), left[0].Hostname)
 	}
 	return r.e.State.Delete(ctx, r.e.Key, file)
+}
+
+// allUnread reports whether every missing entry ("<hostname> (why)") is of
+// a machine in unread.
+func allUnread(missing, unread []string) bool {
+	for _, m := range missing {
+		host, _, _ := strings.Cut(m, " ")
+		if !slices.Contains(unread, host) {
+			return false
+		}
+	}
+	return true
 }

@@ -18,7 +18,11 @@ import (
 // Gate operations: what a wait step waits for.
 type (
 	// waitAddresses waits until every desired machine reports an address.
-	waitAddresses struct{}
+	// unread are the running machines of a running cluster whose address
+	// could not be read when planning (their guest agent did not answer):
+	// they are waited for only as long as the read budget, since nothing
+	// they are doing (such as booting) is expected to change it.
+	waitAddresses struct{ unread []string }
 	// waitHealthy waits until every desired machine is a Ready node and
 	// the etcd members are exactly the control planes.
 	waitHealthy struct{}
@@ -189,7 +193,7 @@ func planBootstrap(p *plan.Plan, want *Desired, obs *Observation, creating bool)
 		}
 		p.Add(plan.Change{Phase: plan.PhaseBootstrap, Domain: plan.DomainGate, Action: plan.ActionWait,
 			Resource: plan.Resource{Kind: plan.KindCluster, Name: c.Name + "/addresses"},
-			Reason:   reason, Expects: "the machines run", Op: waitAddresses{}})
+			Reason:   reason, Expects: "the machines run", Op: waitAddresses{unread: unreadAddresses(obs)}})
 	}
 	cpCreated := slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
 		return ch.Resource.Kind == plan.KindMachine && ch.Action == plan.ActionCreate && slices.Contains(cps, ch.Resource.Name)
@@ -455,17 +459,12 @@ func markUnread(p *plan.Plan, obs *Observation) {
 			p.Unread("the running machine config of "+h, n.ConfigUnknown)
 		}
 	}
-	yes, _ := obs.Bootstrapped()
-	if !obs.Offline && obs.Etcd.Unknown != "" && yes {
+	if yes, _ := obs.Bootstrapped(); !obs.Offline && obs.Etcd.Unknown != "" && yes {
 		p.Unread("the etcd members", obs.Etcd.Unknown)
 	}
-	if !obs.Offline && yes {
-		// A machine of a running cluster that reports no address was not
-		// asked anything: its version and config are unknown.
-		for _, m := range obs.Inventory.Machines() {
-			if _, asked := obs.Nodes[m.Hostname]; asked || !m.Running {
-				continue
-			}
+	for _, m := range obs.Inventory.Machines() {
+		if slices.Contains(unreadAddresses(obs), m.Hostname) {
+			// Not asked anything: its version and config are unknown.
 			why := "the provider reports no address for it yet"
 			if m.NoAddress != "" {
 				why = m.NoAddress
@@ -496,6 +495,21 @@ func unbuiltWarnings(c *spec.Cluster) []string {
 	var out []string
 	if len(c.Metal) > 0 {
 		out = append(out, "the metal section is validated, but this version does not manage metal machines yet; converge will not touch them")
+	}
+	return out
+}
+
+// unreadAddresses lists the running machines of a running (bootstrapped)
+// cluster that report no address: their guest agent could not be read.
+func unreadAddresses(obs *Observation) []string {
+	if yes, _ := obs.Bootstrapped(); obs.Offline || !yes {
+		return nil
+	}
+	var out []string
+	for _, m := range obs.Inventory.Machines() {
+		if _, asked := obs.Nodes[m.Hostname]; !asked && m.Running {
+			out = append(out, m.Hostname)
+		}
 	}
 	return out
 }

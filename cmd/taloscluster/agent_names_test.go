@@ -139,7 +139,7 @@ func TestAgentRefusesTwoNewDirectoriesWithOneName(t *testing.T) {
 // both clusters, not only for the nested one.
 func TestAgentPlansEveryClusterThatReadsAChangedFile(t *testing.T) {
 	t.Parallel()
-	w := newAgentWorld(t, "127.207.0.0/24")
+	w := newAgentWorld(t, "127.78.0.0/24")
 	withInclude := strings.Replace(w.cluster, "include: [secrets.yaml]\n", "include: [secrets.yaml, team/shared.yaml]\n", 1)
 	if withInclude == w.cluster {
 		t.Fatalf("the lab's cluster.yaml has no include line:\n%s", w.cluster)

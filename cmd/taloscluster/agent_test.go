@@ -632,7 +632,7 @@ func TestAgentDestroysOnlyWithTheMarker(t *testing.T) {
 // was shown.
 func TestAgentDestroysOnlyAShownPlan(t *testing.T) {
 	t.Parallel()
-	w := newAgentWorld(t, "127.206.0.0/24")
+	w := newAgentWorld(t, "127.76.0.0/24")
 	main, _ := w.repo.Branch("main")
 	w.pollUntil(t, "the first converge", func() bool {
 		return w.status(main, "taloscluster/converge: clusters/demo") == "success"

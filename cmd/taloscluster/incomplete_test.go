@@ -50,7 +50,7 @@ func TestPlanIsIncompleteWhenAReadFails(t *testing.T) {
 		}, "incomplete: the running machine config of unread-", true},
 		{"a guest agent", "127.218.0.0/24", func(l *lab.Lab, _ []talos.NodeState) {
 			l.PVE.Fail("qemu.agent.interfaces", 1000, 500, "QEMU guest agent is not running")
-		}, "incomplete: the address of unread-", false},
+		}, "incomplete: the address of unread-", true},
 		{"the ISO listing", "127.69.0.0/24", func(l *lab.Lab, _ []talos.NodeState) {
 			l.PVE.Fail("storage.content.list", 1000, 500, "storage is busy")
 		}, "listing the ISOs of storage", true},

@@ -326,19 +326,19 @@ func TestReserveSkipsBusyBlocks(t *testing.T) {
 	}
 	defer held.release()
 
-	r, err := reserve(nil, []int{202, 203, 204, 205}, log)
+	r, err := reserve(nil, []int{202, 203, 204, 205, 206}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.list(); got[0] != block(204) || got[1] != block(205) {
-		t.Errorf("reserved %v, want 127.204.0.0/24 and 127.205.0.0/24", got)
+	if got := r.list(); got[0] != block(204) || got[1] != block(205) || got[2] != block(206) {
+		t.Errorf("reserved %v, want 127.204.0.0/24, 127.205.0.0/24 and 127.206.0.0/24", got)
 	}
 	// While r holds them, nobody else gets them.
 	if _, err := reserve(nil, []int{204, 205}, log); err == nil || !strings.Contains(err.Error(), "another taloslab") {
 		t.Errorf("second reservation of held blocks: %v", err)
 	}
 	r.release()
-	r2, err := reserve([]netip.Prefix{block(205)}, []int{202, 203, 204}, log)
+	r2, err := reserve([]netip.Prefix{block(205)}, []int{202, 203, 204, 206}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
