@@ -19,7 +19,9 @@ trap cleanup EXIT
 echo "== starting the lab in $work"
 "$bin/taloslab" up --dir "$work" > "$work/lab.log" 2>&1 &
 lab_pid=$!
-for _ in $(seq 1 100); do
+# The lab writes lab.env once it is up, the cluster the Python tool would
+# have left (examples/proxmox-legacy) included: allow a minute.
+for _ in $(seq 1 600); do
 	[ -f "$work/lab.env" ] && break
 	kill -0 "$lab_pid" 2>/dev/null || { cat "$work/lab.log"; exit 1; }
 	sleep 0.1
@@ -45,6 +47,9 @@ echo "== taloscluster status"
 echo
 echo "== taloscluster plan (after converge: nothing to do)"
 "$bin/taloscluster" plan -C "$cluster"
+echo
+echo "== taloscluster plan of a cluster the Python tool built (examples/proxmox-legacy): only the differences docs/migration.md lists"
+"$bin/taloscluster" plan -C "$TALOSLAB_EXAMPLES/proxmox-legacy" | grep -E '^(refused|Plan|Summary|  [-+~=*] )' | cut -c1-160 || true
 echo
 echo
 echo "== GitOps: the agent against the lab forge ($TALOSLAB_REPO)"
