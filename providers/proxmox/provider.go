@@ -375,7 +375,11 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
 			continue
 		}
 		v := &vm{id: id, node: node, name: name, tags: tags}
-		if err := p.observeVM(ctx, v); err != nil {
+		if err := p.observeVM(ctx, v); vmGone(err) {
+			// Deleted since the list was made (another run removed its
+			// twin, a person deleted it): it is not there.
+			continue
+		} else if err != nil {
 			return err
 		}
 		byName[v.name] = append(byName[v.name], v)
@@ -413,6 +417,9 @@ func (p *Provider) nameOf(ctx context.Context, id int, node string) (string, err
 	deadline := time.Now().Add(namePatience)
 	for {
 		conf, err := p.api.GetVmConfig(ctx, ref)
+		if vmGone(err) {
+			return "", nil // deleted since the list was made: no VM, no name
+		}
 		if err != nil {
 			return "", fmt.Errorf("reading the name of VM %d on %s, which /cluster/resources lists without one yet: %w", id, node, err)
 		}
@@ -596,6 +603,21 @@ func (p *Provider) observeISOs(ctx context.Context, inv *inventory) error {
 		}
 	}
 	return nil
+}
+
+// vmGone reports whether err is Proxmox's answer for a VM whose config
+// no longer exists, as for a VM deleted since it was listed (qemu-server
+// load_config: "Configuration file '<path>' does not exist").
+func vmGone(err error) bool {
+	var ae proxmox.ApiError
+	var ptr *proxmox.ApiError
+	switch {
+	case errors.As(err, &ptr):
+		ae = *ptr
+	case !errors.As(err, &ae):
+		return false
+	}
+	return strings.HasPrefix(ae.Message, "Configuration file '") && strings.HasSuffix(ae.Message, "' does not exist")
 }
 
 // notOnNode reports whether err is Proxmox's answer for a storage that is

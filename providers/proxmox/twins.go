@@ -70,6 +70,9 @@ func (p *Provider) named(ctx context.Context, hostname string, own int) ([]liste
 		if v.name == "" {
 			// pvestatd has not broadcast it yet: its config has the name.
 			conf, err := p.api.GetVmConfig(ctx, p.ref(&vm{id: v.id, node: v.node}))
+			if vmGone(err) {
+				continue // deleted since the list was made
+			}
 			if err != nil {
 				return nil, false, fmt.Errorf("reading the config of VM %d: %w", v.id, err)
 			}
