@@ -19,19 +19,8 @@ func TestAgentBoundsAPullRequestOfManyClusters(t *testing.T) {
 	w := newAgentWorld(t, "127.232.0.0/24")
 	w.cfg.ReportRetry = retry.Policy{Initial: 2 * time.Second, Max: 2 * time.Second}
 	w.restart(t)
-	main, _ := w.repo.Branch("main")
-	w.pollUntil(t, "the first converge", func() bool {
-		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
-	})
-	grown := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
-	head, err := w.repo.Commit("grow", map[string]string{"clusters/demo/cluster.yaml": grown}, "grow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	grow, err := w.repo.OpenPR("alice", "grow", "main", "Grow")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w.convergedFirst(t)
+	head, grow := w.openGrowPR(t)
 	w.pollUntil(t, "the plan", func() bool { return w.status(head, "taloscluster/plan: clusters/demo") == "success" })
 	w.agent.Wait()
 	growComments := len(w.repo.Comments(grow.Number))

@@ -20,19 +20,8 @@ func TestAgentDeliversReportsThroughFailuresAndRestart(t *testing.T) {
 	w := newAgentWorld(t, "127.90.0.0/24")
 	w.cfg.ReportRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond}
 	w.restart(t)
-	main, _ := w.repo.Branch("main")
-	w.pollUntil(t, "the first converge", func() bool {
-		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
-	})
-	grown := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
-	head, err := w.repo.Commit("grow", map[string]string{"clusters/demo/cluster.yaml": grown}, "grow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := w.repo.OpenPR("alice", "grow", "main", "Grow")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w.convergedFirst(t)
+	head, pr := w.openGrowPR(t)
 	w.pollUntil(t, "the plan", func() bool { return w.status(head, "taloscluster/plan: clusters/demo") == "success" })
 	w.agent.Wait()
 	planComments := len(w.repo.Comments(pr.Number))

@@ -300,19 +300,8 @@ func (w *agentWorld) restart(t *testing.T) {
 func TestAgentSurvivesGitHubFaultsWithoutDuplicates(t *testing.T) {
 	t.Parallel()
 	w := newAgentWorld(t, "127.82.0.0/24")
-	main, _ := w.repo.Branch("main")
-	w.pollUntil(t, "the first converge", func() bool {
-		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
-	})
-	grown := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
-	head, err := w.repo.Commit("grow", map[string]string{"clusters/demo/cluster.yaml": grown}, "grow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pr, err := w.repo.OpenPR("alice", "grow", "main", "Grow")
-	if err != nil {
-		t.Fatal(err)
-	}
+	w.convergedFirst(t)
+	head, pr := w.openGrowPR(t)
 	w.forge.Fail("comments.create", 1, 502)
 	w.forge.Fail("statuses.create", 2, 502)
 	w.forge.SecondaryRateLimit("comments.list", 1, time.Second)
@@ -649,4 +638,31 @@ func TestAgentDestroysOnlyAShownPlan(t *testing.T) {
 	if n := len(w.lab.PVE.VMs()); n != 4 {
 		t.Fatalf("%d VMs after an unreviewed destroy, want 4", n)
 	}
+}
+
+// convergedFirst polls until demo's first converge on the default branch
+// succeeded.
+func (w *agentWorld) convergedFirst(t *testing.T) {
+	t.Helper()
+	main, _ := w.repo.Branch("main")
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+}
+
+// openGrowPR commits demo with one more worker on the branch grow and
+// opens its pull request as alice; it returns the head and the pull
+// request.
+func (w *agentWorld) openGrowPR(t *testing.T) (string, forge.PullRequest) {
+	t.Helper()
+	grown := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
+	head, err := w.repo.Commit("grow", map[string]string{"clusters/demo/cluster.yaml": grown}, "grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := w.repo.OpenPR("alice", "grow", "main", "Grow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return head, pr
 }
