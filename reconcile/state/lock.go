@@ -152,6 +152,10 @@ var errRetryNow = errors.New("try again")
 // as its content.
 const DataDirLockFile = "agent.lock"
 
+// dataDirLockPatience is how long LockDataDir asks again for a data
+// directory's lock that is held before it names the holder.
+const dataDirLockPatience = 2 * time.Second
+
 // DataDirInUseError is returned by LockDataDir when another process holds
 // the data directory.
 type DataDirInUseError struct {

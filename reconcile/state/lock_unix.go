@@ -53,7 +53,7 @@ func tryLock(f *os.File, path string) (busy bool, record []byte, err error) {
 	case err == nil:
 		return false, nil, nil
 	case errors.Is(err, syscall.EWOULDBLOCK):
-		record, _ = io.ReadAll(io.LimitReader(f, 4096))
+		record, _ = io.ReadAll(io.NewSectionReader(f, 0, 4096))
 		return true, record, nil
 	}
 	return false, nil, fmt.Errorf("locking %s: %w", path, err)
@@ -113,7 +113,8 @@ func holdFile(ctx context.Context, path, cluster, command string, wait bool, now
 // content records this process as holder for command. The kernel drops
 // the lock when the process ends, however it ends, and the descriptor is
 // not inherited by a child (O_CLOEXEC). When another process holds it,
-// LockDataDir fails at once with a DataDirInUseError naming that process.
+// LockDataDir fails within dataDirLockPatience with a DataDirInUseError
+// naming that process.
 // release drops the lock; it may be called more than once.
 func LockDataDir(dir, command string) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -124,12 +125,22 @@ func LockDataDir(dir, command string) (release func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the lock of the data directory %s: %w", dir, err)
 	}
-	if busy, record, err := tryLock(f, path); err != nil || busy {
-		f.Close()
-		if busy {
+	// A lock released a moment ago may still be held by a copy of its
+	// descriptor in a child this process is forking (fork duplicates it,
+	// O_CLOEXEC closes it only at exec): the lock is asked for again for
+	// a short while before the holder is named.
+	for deadline := time.Now().Add(dataDirLockPatience); ; time.Sleep(20 * time.Millisecond) {
+		busy, record, err := tryLock(f, path)
+		if err == nil && !busy {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			f.Close()
+			if err != nil {
+				return nil, err
+			}
 			return nil, &DataDirInUseError{Dir: dir, Holder: decodeHolder(record)}
 		}
-		return nil, err
 	}
 	if err := writeHolder(f, path, command, time.Now()); err != nil {
 		f.Close()
