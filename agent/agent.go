@@ -554,7 +554,10 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	rv.destroy = a.hasDestroyMarker(j.Commit, j.Cluster)
 	var logMu sync.Mutex
 	var lines []string
-	err := a.destroyAllowed(ctx, j)
+	var err error
+	if rv.destroy {
+		err = a.destroyAllowed(ctx, j)
+	}
 	if err == nil {
 		err = a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
 			return a.runner.Converge(ctx, j.Cluster, j.Commit, files, a.progressLog(j.Cluster, func(s string) {
@@ -680,14 +683,11 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	return again
 }
 
-// destroyAllowed refuses a converge of a commit whose cluster directory
-// holds the destroy marker when the marker must not act: a drift job never
+// destroyAllowed refuses a run of a commit whose cluster directory holds
+// the destroy marker when the marker must not act: a drift job never
 // destroys, and a directory whose cluster the agent never converged from
 // it destroys nothing.
 func (a *Agent) destroyAllowed(ctx context.Context, j Job) error {
-	if !a.hasDestroyMarker(j.Commit, j.Cluster) {
-		return nil
-	}
 	if j.Kind == KindDrift {
 		return fmt.Errorf("%w: self-heal never destroys; the %s marker acts only on a reviewed merge", errDestroyRefused, DestroyMarker)
 	}

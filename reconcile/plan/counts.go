@@ -66,13 +66,19 @@ func (p *Plan) Counts() Counts {
 //
 //	+<create> ~<update> -<delete>[, N replacement(s)][, N upgrade(s)][, N bootstrap(s)][, N wait(s)][, N refused][, N warning(s)]
 //
-// for example "+2 ~1 -0, 1 upgrade, 1 refused". An empty plan gives
-// "no changes", followed by its warnings if it has any.
+// for example "+2 ~1 -0, 1 upgrade, 1 refused", with ", incomplete (N
+// facts not read)" after the counts when part of the cluster could not be
+// read. An empty plan gives "no changes", or "incomplete (...)" when it is
+// incomplete, followed by its warnings if it has any.
 func (p *Plan) Summary() string {
 	var parts []string
+	var incomplete string
+	if p != nil && p.Incomplete {
+		incomplete = fmt.Sprintf("incomplete (%s not read)", plural(len(p.IncompleteReasons), "fact", "facts"))
+	}
 	switch {
-	case p != nil && p.Incomplete && p.Empty():
-		parts = append(parts, fmt.Sprintf("incomplete (%s)", plural(len(p.IncompleteReasons), "fact", "facts")+" not read"))
+	case incomplete != "" && p.Empty():
+		parts = append(parts, incomplete)
 	case p.Empty():
 		parts = append(parts, "no changes")
 	default:
@@ -83,8 +89,8 @@ func (p *Plan) Summary() string {
 		parts = appendCount(parts, n.Bootstrap, "bootstrap", "bootstraps")
 		parts = appendCount(parts, n.Wait, "wait", "waits")
 		parts = appendCount(parts, n.Refused, "refused", "refused")
-		if p.Incomplete {
-			parts = append(parts, fmt.Sprintf("incomplete (%s)", plural(len(p.IncompleteReasons), "fact", "facts")+" not read"))
+		if incomplete != "" {
+			parts = append(parts, incomplete)
 		}
 	}
 	if p != nil {

@@ -3,13 +3,14 @@ package spec
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
 )
 
 // File names inside a cluster directory.
@@ -143,41 +144,18 @@ func (l *loader) readBytes(name string) ([]byte, bool) {
 		l.errorAt(name, 0, "", "is a symbolic link that leads outside the cluster directory")
 		return nil, false
 	}
-	st, err := fs.Stat(l.fsys, rel)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			l.errorAt(name, 0, "", "missing %s in %s", name, l.dir)
-		} else {
-			l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
-		}
-		return nil, false
-	}
-	if !st.Mode().IsRegular() {
+	data, err := boundedfile.ReadFS(l.fsys, rel, maxFileSize)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		l.errorAt(name, 0, "", "missing %s in %s", name, l.dir)
+	case errors.Is(err, boundedfile.ErrNotRegular):
 		l.errorAt(name, 0, "", "not a regular file")
-		return nil, false
-	}
-	if st.Size() > maxFileSize {
+	case errors.Is(err, boundedfile.ErrTooLarge):
 		l.errorAt(name, 0, "", "larger than %d bytes", maxFileSize)
-		return nil, false
-	}
-	f, err := l.fsys.Open(rel)
-	if err != nil {
+	case err != nil:
 		l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
-		return nil, false
 	}
-	defer f.Close()
-	// The name may have been replaced between the check and the open.
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
-		l.errorAt(name, 0, "", "not a regular file")
-		return nil, false
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
-		l.errorAt(name, 0, "", "reading the file: %s", pathlessError(err))
-		return nil, false
-	}
-	if len(data) > maxFileSize {
-		l.errorAt(name, 0, "", "larger than %d bytes", maxFileSize)
 		return nil, false
 	}
 	return data, true
