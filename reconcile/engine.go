@@ -280,6 +280,11 @@ func (e *Engine) converge(ctx context.Context) error {
 		e.say(plan.PhaseValidate, "warning: %s", w)
 	}
 	n := executable(p)
+	if n > 0 {
+		if err := e.preflight(ctx, p); err != nil {
+			return err
+		}
+	}
 	switch {
 	case n == 0 && p.Incomplete:
 	case n == 0 && len(p.Warnings) > 0:
@@ -296,6 +301,22 @@ func (e *Engine) converge(ctx context.Context) error {
 	}
 	if p.Incomplete {
 		return incomplete(p)
+	}
+	return nil
+}
+
+// preflight asks the provider, when it can tell, whether it will allow
+// every step of the plan; a no is a refusal, before anything changed.
+func (e *Engine) preflight(ctx context.Context, p *plan.Plan) error {
+	pf, ok := e.Infra.(Preflighter)
+	if !ok {
+		return nil
+	}
+	if err := pf.Preflight(ctx, p); err != nil {
+		if retry.IsTransient(err) {
+			return fmt.Errorf("checking the provider's permissions before the first change: %w", err)
+		}
+		return fmt.Errorf("%w, nothing was changed: %w", ErrRefused, err)
 	}
 	return nil
 }
@@ -401,6 +422,9 @@ func (e *Engine) destroy(ctx context.Context) error {
 		if err := e.Approve(p); err != nil {
 			return err
 		}
+	}
+	if err := e.preflight(ctx, p); err != nil {
+		return err
 	}
 	if err := e.execute(ctx, p, &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster)}); err != nil {
 		return err

@@ -81,3 +81,13 @@ func machineNamed(inv Inventory, hostname string) (Machine, bool) {
 type Warner interface {
 	Warnings(have Inventory) []string
 }
+
+// Preflighter is an optional capability of an Infra: before the first
+// mutation of a converge or destroy, it checks with read-only calls that
+// the provider will allow every step of the plan (for example the API
+// token's privileges), so a run never stops half-way for want of a
+// permission it could have seen missing. An error names what is missing
+// and where; converge then changes nothing.
+type Preflighter interface {
+	Preflight(ctx context.Context, p *plan.Plan) error
+}
