@@ -72,6 +72,13 @@ type Engine struct {
 	// answering with errors (not a condition that changes on its own, such
 	// as a node booting). Zero means 2 minutes.
 	ReadBudget time.Duration
+	// DrainTimeout bounds the drain of a node that is removed; a
+	// PodDisruptionBudget that still blocks then makes the run wait. Zero
+	// means kube.DrainTimeout (330s).
+	DrainTimeout time.Duration
+	// ResetTimeout bounds a graceful reset. Zero means
+	// DefaultResetTimeout.
+	ResetTimeout time.Duration
 	// ReportEvery is how often a wait says what it still waits for. Zero
 	// means 30s.
 	ReportEvery time.Duration
@@ -247,15 +254,15 @@ func (e *Engine) Converge(ctx context.Context) error {
 }
 
 func (e *Engine) converge(ctx context.Context) error {
-	if err := e.interrupted(ctx); err != nil {
-		return err
-	}
 	want, obs, err := e.observe(ctx)
 	if err != nil {
 		return err
 	}
 	p, err := Plan(want, obs, e.Infra, e.Warnings)
 	if err != nil {
+		return err
+	}
+	if err := e.recheck(ctx, obs.Journal); err != nil {
 		return err
 	}
 	if len(p.Refusals) > 0 {
@@ -334,21 +341,18 @@ type Journal interface {
 	Open(ctx context.Context, cluster string) ([]state.Entry, error)
 }
 
-// interrupted reports the mutations an earlier run began and never
-// finished: their outcome is unknown, so this run observes the resources
-// (as it always does) rather than assuming either way.
-func (e *Engine) interrupted(ctx context.Context) error {
+// recheck closes the journal entries an earlier run left open: the plan
+// just made observed what they left and planned from it (a reset that
+// may still run is followed, a VM that may be gone is looked up), so they
+// are settled.
+func (e *Engine) recheck(ctx context.Context, open []state.Entry) error {
 	if e.Journal == nil {
 		return nil
 	}
-	open, err := e.Journal.Open(ctx, e.Key)
-	if err != nil {
-		return fmt.Errorf("reading the run journal: %w", err)
-	}
 	for _, en := range open {
-		e.say(plan.PhaseValidate, "an earlier run was interrupted during %s %s (started %s): looking it up", en.Op, en.Target, en.Started.Format(time.RFC3339))
-		if err := e.Journal.Done(ctx, e.Key, en.ID, errors.New("interrupted; resumed by a later run")); err != nil {
-			return err
+		e.say(plan.PhaseValidate, "an earlier run was interrupted during %s %s (started %s): this plan was made from what it left", en.Op, en.Target, en.Started.Format(time.RFC3339))
+		if err := e.Journal.Done(ctx, e.Key, en.ID, errors.New("interrupted; re-checked by the plan of a later run")); err != nil {
+			return fmt.Errorf("closing the journal entry of the interrupted %s %s: %w", en.Op, en.Target, err)
 		}
 	}
 	return nil

@@ -32,6 +32,8 @@ type run struct {
 	// unreadAddrs are the machines whose address could not be read when
 	// planning (waitAddresses' op): waited for only within the read budget.
 	unreadAddrs []string
+	// kc is the Kubernetes client, once a step needed it.
+	kc *kube.Client
 }
 
 // execute runs the plan's steps in order, each recorded in the journal
@@ -104,6 +106,20 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 		return r.waitHealthy(ctx)
 	case deleteState:
 		return r.deleteState(ctx, op.file)
+	case cordonNode:
+		return r.cordon(ctx, op.hostname)
+	case uncordonNode:
+		return r.uncordon(ctx, op.hostname)
+	case drainNode:
+		return r.drain(ctx, op.hostname)
+	case resetMachine:
+		return r.reset(ctx, op)
+	case leftEtcd:
+		return r.leftEtcd(ctx, op)
+	case etcdSafe:
+		return r.etcdSafe(ctx, op)
+	case deleteNode:
+		return r.deleteNode(ctx, op.hostname)
 	}
 	if st.Domain != plan.DomainProvider && st.Domain != "" {
 		return fmt.Errorf("no executor for a %s step", st.Domain)

@@ -91,3 +91,12 @@ type Warner interface {
 type Preflighter interface {
 	Preflight(ctx context.Context, p *plan.Plan) error
 }
+
+// Remover is an optional capability of an Infra: the provider's steps that
+// delete one machine that is no longer desired (its VM or server with its
+// disks), planned from what it observed, without I/O. The engine runs them
+// after it has drained and reset the machine. Without it, a scale-down is
+// refused.
+type Remover interface {
+	PlanRemove(hostname string, have Inventory) []plan.Change
+}

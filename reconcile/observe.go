@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/retry"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
+	"github.com/taloscluster/taloscluster/reconcile/state"
 	"github.com/taloscluster/taloscluster/reconcile/talos"
 )
 
@@ -38,6 +40,10 @@ type Observation struct {
 	TalosUnknown string
 	Etcd         EtcdFacts
 	Kube         KubeFacts
+	// Journal holds the mutations an earlier run began and never finished
+	// (it was killed, or lost its lock): the planner plans from what
+	// they left, and converge closes them once its plan re-checked them.
+	Journal []state.Entry
 }
 
 // StateFacts is what the cluster's state holds.
@@ -137,6 +143,11 @@ func (e *Engine) Observe(ctx context.Context) (*Observation, error) {
 	obs := &Observation{Inventory: inv, Nodes: map[string]NodeFacts{}}
 	if err := e.observeState(ctx, obs); err != nil {
 		return nil, err
+	}
+	if e.Journal != nil {
+		if obs.Journal, err = e.Journal.Open(ctx, e.Key); err != nil {
+			return nil, fmt.Errorf("reading the run journal: %w", err)
+		}
 	}
 	bundle, err := e.bundle(ctx)
 	if err != nil {

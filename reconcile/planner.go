@@ -78,18 +78,18 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return nil, err
 	}
 	refuseIdentity(p, want, obs)
-	refuseScaleDown(p, want, obs)
 	refuseVersions(p, want, obs)
 	refuseUnimplementedTalos(p, want)
 	if err := refuseConfigs(p, want, obs); err != nil {
 		return nil, err
 	}
 	refuseUnreachable(p, obs)
-	refuseMaintenance(p, obs)
+	refuseMaintenance(p, want, obs)
 
 	if err := add(plan.PhaseImage); err != nil {
 		return nil, err
 	}
+	planScaleDown(p, want, obs, infra)
 	if !obs.State.Secrets && len(obs.Inventory.Machines()) == 0 {
 		p.Add(plan.Change{Phase: plan.PhaseSecrets, Domain: plan.DomainState, Action: plan.ActionCreate,
 			Resource: plan.Resource{Kind: plan.KindTalosSecrets, Name: TalosSecretsFile},
@@ -130,7 +130,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 			p.Warn(msg)
 		}
 	}
-	markUnread(p, obs)
+	markUnread(p, want, obs)
 	for _, name := range pluginNames(c) {
 		p.Warn(fmt.Sprintf("the %s section is validated, but this version does not run plugins yet; converge will not touch it", name))
 	}
@@ -299,23 +299,15 @@ func refuseIdentity(p *plan.Plan, want *Desired, obs *Observation) {
 	}
 }
 
-// refuseScaleDown refuses owned machines that cluster.yaml no longer has.
-func refuseScaleDown(p *plan.Plan, want *Desired, obs *Observation) {
-	for _, m := range obs.Inventory.Machines() {
-		if slices.ContainsFunc(want.Machines, func(d machineconfig.Machine) bool { return d.Hostname == m.Hostname }) {
-			continue
-		}
-		p.Refuse(plan.Resource{Kind: plan.KindMachine, Name: m.Hostname},
-			fmt.Sprintf("%s %s is not in cluster.yaml any more: removing machines (scale-down) is not supported yet; restore its pool's count", m.Role, m.Hostname))
-	}
-}
-
 // refuseVersions refuses Talos and Kubernetes version changes, which need
 // upgrades that are not supported yet.
 func refuseVersions(p *plan.Plan, want *Desired, obs *Observation) {
 	c := want.Cluster
 	byVersion := map[string][]string{}
 	for _, m := range obs.Inventory.Machines() {
+		if !isDesired(want, m.Hostname) {
+			continue // removed by scale-down, whatever it runs
+		}
 		if n, ok := obs.Nodes[m.Hostname]; ok && n.Unknown == "" && n.Version != c.Talos.Version {
 			byVersion[n.Version] = append(byVersion[n.Version], m.Hostname)
 		}
@@ -402,9 +394,9 @@ func refuseUnreachable(p *plan.Plan, obs *Observation) {
 
 // refuseMaintenance refuses nodes that run without their machine config:
 // they never read it, and giving it to them is not supported yet.
-func refuseMaintenance(p *plan.Plan, obs *Observation) {
+func refuseMaintenance(p *plan.Plan, want *Desired, obs *Observation) {
 	for _, h := range slices.Sorted(maps.Keys(obs.Nodes)) {
-		if n := obs.Nodes[h]; n.Maintenance {
+		if n := obs.Nodes[h]; n.Maintenance && isDesired(want, h) {
 			p.Refuse(plan.Resource{Kind: plan.KindMachine, Name: h},
 				fmt.Sprintf("%s (%s) runs Talos %s in maintenance mode: it never read its machine config (check its config ISO); applying a config to a node in maintenance mode is not supported yet", h, n.Address, n.Version))
 		}
@@ -449,9 +441,12 @@ func unhealthy(want *Desired, obs *Observation) string {
 // cluster.yaml: a node's Talos API (its version and config), a node's
 // running machine config, and the etcd members of a bootstrapped
 // cluster. Nothing unread is taken for equal.
-func markUnread(p *plan.Plan, obs *Observation) {
+func markUnread(p *plan.Plan, want *Desired, obs *Observation) {
 	for _, h := range slices.Sorted(maps.Keys(obs.Nodes)) {
 		n := obs.Nodes[h]
+		if !isDesired(want, h) {
+			continue // a removal plans from what it could read
+		}
 		switch {
 		case n.Unknown != "":
 			p.Unread(fmt.Sprintf("the Talos API of %s (%s), so its version and machine config", h, n.Address), n.Unknown)
@@ -463,7 +458,7 @@ func markUnread(p *plan.Plan, obs *Observation) {
 		p.Unread("the etcd members", obs.Etcd.Unknown)
 	}
 	for _, m := range obs.Inventory.Machines() {
-		if slices.Contains(unreadAddresses(obs), m.Hostname) {
+		if slices.Contains(unreadAddresses(obs), m.Hostname) && isDesired(want, m.Hostname) {
 			// Not asked anything: its version and config are unknown.
 			why := "the provider reports no address for it yet"
 			if m.NoAddress != "" {
@@ -497,6 +492,11 @@ func unbuiltWarnings(c *spec.Cluster) []string {
 		out = append(out, "the metal section is validated, but this version does not manage metal machines yet; converge will not touch them")
 	}
 	return out
+}
+
+// isDesired reports whether cluster.yaml has a machine of that hostname.
+func isDesired(want *Desired, hostname string) bool {
+	return slices.ContainsFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == hostname })
 }
 
 // unreadAddresses lists the running machines of a running (bootstrapped)

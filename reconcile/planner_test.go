@@ -183,7 +183,7 @@ func TestRefusals(t *testing.T) {
 		}, "talos.version v1.13.7 -> v1.13.8 on"},
 		{"kubernetes downgrade", func(_ *reconcile.Desired, o *reconcile.Observation) { o.Kube.Version = "v1.36.2" }, "kubernetes.version v1.36.2 -> v1.36.1: downgrades are not supported"},
 		{"kubernetes upgrade", func(_ *reconcile.Desired, o *reconcile.Observation) { o.Kube.Version = "v1.35.4" }, "kubernetes.version v1.35.4 -> v1.36.1: upgrades are not supported yet"},
-		{"scale-down", func(w *reconcile.Desired, _ *reconcile.Observation) { w.Machines = w.Machines[:len(w.Machines)-1] }, "scale-down"},
+		{"scale-down without a remover", func(w *reconcile.Desired, _ *reconcile.Observation) { w.Machines = w.Machines[:len(w.Machines)-1] }, "this provider cannot remove machines yet"},
 		{"rename", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.TalosconfigContext = "other" }, "renaming a cluster is not supported"},
 		{"identity lost", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.Secrets = false }, "restore talossecrets.yaml from backup"},
 		{"talos minor the engine does not implement", func(w *reconcile.Desired, _ *reconcile.Observation) {

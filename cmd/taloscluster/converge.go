@@ -38,7 +38,8 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 	default:
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("the %s provider is not implemented yet; plan --offline shows the first build", c.Provider)}
 	}
-	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: state.Local{Dir: dir}, Key: dir, Infra: infra, Progress: cmd.OutOrStdout()}, nil
+	local := state.Local{Dir: dir}
+	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: local, Journal: local, Key: dir, Infra: infra, Progress: cmd.OutOrStdout()}, nil
 }
 
 func newConverge() *cobra.Command {

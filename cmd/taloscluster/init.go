@@ -21,7 +21,7 @@ var scaffold embed.FS
 
 // ignored are the files init keeps out of Git: credentials, the cluster
 // identity and the derived client configs.
-var ignored = []string{"secrets.yaml", "talossecrets.yaml", "talosconfig", "kubeconfig", ".metal/", ".taloscluster.lock"}
+var ignored = []string{"secrets.yaml", "talossecrets.yaml", "talosconfig", "kubeconfig", ".metal/", ".taloscluster.lock", ".taloscluster-journal.json"}
 
 var clusterNameRE = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?$`)
 

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,12 +75,36 @@ func (c *Client) Version(ctx context.Context) (string, error) {
 
 // Node is what the engine needs to know of a Kubernetes node.
 type Node struct {
-	Name           string
-	Ready          bool
+	Name string
+	// Ready is set when the node's Ready condition is True.
+	Ready bool
+	// Condition is the Ready condition's status: "True", "False",
+	// "Unknown" (the node controller heard nothing from the kubelet for its
+	// grace period), or "" when the node has none yet.
+	Condition      string
 	Unschedulable  bool
 	KubeletVersion string
 	Labels         map[string]string
+	// CordonedBy says who cordoned the node and left a mark: CordonedByUs
+	// when this engine did, CordonedByTalos when Talos did (it uncordons
+	// such a node when it boots again), "" otherwise.
+	CordonedBy string
 }
+
+// Marks of who cordoned a node, in Node.CordonedBy.
+const (
+	CordonedByUs    = "taloscluster"
+	CordonedByTalos = "talos"
+)
+
+// Annotations that mark a cordon. Talos sets its own during reset,
+// upgrade and shutdown and uncordons on boot only a node that carries it;
+// the engine marks its own cordons, so that it uncordons a node it
+// cordoned that is not removed after all.
+const (
+	cordonAnnotation      = "taloscluster.dev/cordoned"
+	talosCordonAnnotation = "talos.dev/cordoned"
+)
 
 // Nodes lists the cluster's nodes.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
@@ -91,25 +116,53 @@ func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
 	}
 	out := make([]Node, 0, len(list.Items))
 	for _, n := range list.Items {
-		out = append(out, Node{
-			Name:           n.Name,
-			Ready:          ready(n),
-			Unschedulable:  n.Spec.Unschedulable,
-			KubeletVersion: n.Status.NodeInfo.KubeletVersion,
-			Labels:         n.Labels,
-		})
+		out = append(out, nodeOf(n))
 	}
 	slices.SortFunc(out, func(a, b Node) int { return compare(a.Name, b.Name) })
 	return out, nil
 }
 
-func ready(n corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+// Node reads one node; ok is false when it does not exist.
+func (c *Client) Node(ctx context.Context, name string) (n Node, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	got, err := c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return Node{}, false, nil
+	}
+	if err != nil {
+		return Node{}, false, fmt.Errorf("reading node %s: %w", name, err)
+	}
+	return nodeOf(*got), true, nil
+}
+
+func nodeOf(n corev1.Node) Node {
+	out := Node{
+		Name:           n.Name,
+		Condition:      condition(n),
+		Unschedulable:  n.Spec.Unschedulable,
+		KubeletVersion: n.Status.NodeInfo.KubeletVersion,
+		Labels:         n.Labels,
+	}
+	out.Ready = out.Condition == string(corev1.ConditionTrue)
+	if n.Spec.Unschedulable {
+		switch {
+		case n.Annotations[cordonAnnotation] != "":
+			out.CordonedBy = CordonedByUs
+		case n.Annotations[talosCordonAnnotation] != "":
+			out.CordonedBy = CordonedByTalos
 		}
 	}
-	return false
+	return out
+}
+
+func condition(n corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return string(c.Status)
+		}
+	}
+	return ""
 }
 
 func compare(a, b string) int {
@@ -122,13 +175,35 @@ func compare(a, b string) int {
 	return 0
 }
 
-// SetUnschedulable cordons (true) or uncordons (false) a node.
+// SetUnschedulable cordons (true) or uncordons (false) a node, without
+// marks.
 func (c *Client) SetUnschedulable(ctx context.Context, node string, unschedulable bool) error {
+	return c.patchCordon(ctx, node, fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, unschedulable))
+}
+
+// Cordon marks a node unschedulable and records that this engine did it,
+// with why.
+func (c *Client) Cordon(ctx context.Context, node, why string) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{cordonAnnotation: why}},
+		"spec":     map[string]any{"unschedulable": true},
+	})
+	if err != nil {
+		return err
+	}
+	return c.patchCordon(ctx, node, patch)
+}
+
+// Uncordon makes a node schedulable again and removes the engine's mark.
+func (c *Client) Uncordon(ctx context.Context, node string) error {
+	return c.patchCordon(ctx, node, []byte(`{"metadata":{"annotations":{"`+cordonAnnotation+`":null}},"spec":{"unschedulable":false}}`))
+}
+
+func (c *Client) patchCordon(ctx context.Context, node string, patch []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	patch := fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, unschedulable)
 	if _, err := c.cs.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("setting unschedulable=%t on node %s: %w", unschedulable, node, err)
+		return fmt.Errorf("changing whether node %s is schedulable: %w", node, err)
 	}
 	return nil
 }
@@ -148,39 +223,95 @@ func (c *Client) DeleteNode(ctx context.Context, node string) error {
 // the drain deadline, typically held by a PodDisruptionBudget.
 var ErrDrainTimeout = errors.New("drain timed out")
 
-// Drain cordons a node and evicts its pods through the eviction API, so
-// PodDisruptionBudgets are honoured: a blocked eviction (429) is retried
-// until DrainTimeout. DaemonSet pods and mirror pods stay.
-func (c *Client) Drain(ctx context.Context, node string) error {
-	ctx, cancel := context.WithTimeout(ctx, DrainTimeout)
-	defer cancel()
-	if err := c.SetUnschedulable(ctx, node, true); err != nil {
-		return err
+// DrainError is a drain that ran out of time with pods left on the node.
+type DrainError struct {
+	Node string
+	// Blocked are the pods whose eviction a PodDisruptionBudget refused
+	// (429) until the end; Terminating are evicted pods that had not gone
+	// yet.
+	Blocked, Terminating []string
+	// Budgets names the PodDisruptionBudgets that refused, as the API
+	// server's answers did.
+	Budgets []string
+}
+
+func (e *DrainError) Error() string {
+	msg := fmt.Sprintf("draining node %s: %v", e.Node, ErrDrainTimeout)
+	if len(e.Blocked) > 0 {
+		msg += fmt.Sprintf(": eviction of %s refused by a PodDisruptionBudget", strings.Join(e.Blocked, ", "))
+		if len(e.Budgets) > 0 {
+			msg += " (" + strings.Join(e.Budgets, "; ") + ")"
+		}
 	}
+	if len(e.Terminating) > 0 {
+		msg += fmt.Sprintf("; still terminating: %s", strings.Join(e.Terminating, ", "))
+	}
+	return msg
+}
+
+func (e *DrainError) Unwrap() error { return ErrDrainTimeout }
+
+// Drain evicts a node's pods through the eviction API, so
+// PodDisruptionBudgets are honoured: a refused eviction (429) is retried
+// until timeout, and then Drain returns a *DrainError. It does not cordon
+// (see Cordon). DaemonSet pods, mirror pods and finished pods stay. An
+// evicted pod counts as gone when it is deleted, or at once when the node
+// is not Ready (its kubelet cannot finish the deletion).
+func (c *Client) Drain(ctx context.Context, node string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	for {
 		pods, err := c.evictable(ctx, node)
 		if err != nil {
+			if ctx.Err() != nil {
+				return &DrainError{Node: node}
+			}
 			return err
 		}
-		if len(pods) == 0 {
-			return nil
+		n, _, err := c.Node(ctx, node)
+		if err != nil {
+			return err
 		}
-		var blocked []string
+		de := &DrainError{Node: node}
 		for _, p := range pods {
+			name := p.Namespace + "/" + p.Name
+			if p.DeletionTimestamp != nil {
+				if n.Ready {
+					de.Terminating = append(de.Terminating, name)
+				}
+				continue
+			}
 			if err := c.evict(ctx, p); err != nil {
 				if apierrors.IsTooManyRequests(err) {
-					blocked = append(blocked, p.Namespace+"/"+p.Name)
+					de.Blocked = append(de.Blocked, name)
+					de.Budgets = appendUnique(de.Budgets, err.Error())
 					continue
+				}
+				if ctx.Err() != nil {
+					return de
 				}
 				return err
 			}
+			if n.Ready {
+				de.Terminating = append(de.Terminating, name)
+			}
+		}
+		if len(de.Blocked) == 0 && len(de.Terminating) == 0 {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("draining node %s: %w: pods still there, blocked by disruption budgets: %v", node, ErrDrainTimeout, blocked)
+			return de
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+func appendUnique(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
 }
 
 func (c *Client) evictable(ctx context.Context, node string) ([]corev1.Pod, error) {

@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -108,11 +107,13 @@ func TestDrainHonoursDisruptionBudgets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-	defer cancel()
-	err = c.Drain(ctx, "w1")
-	if !errors.Is(err, kube.ErrDrainTimeout) {
-		t.Fatalf("drain with a blocking budget: %v, want ErrDrainTimeout", err)
+	if err := c.Cordon(t.Context(), "w1", "test"); err != nil {
+		t.Fatal(err)
+	}
+	err = c.Drain(t.Context(), "w1", 3*time.Second)
+	var de *kube.DrainError
+	if !errors.Is(err, kube.ErrDrainTimeout) || !errors.As(err, &de) || len(de.Blocked) != 1 {
+		t.Fatalf("drain with a blocking budget: %v, want a DrainError naming the one blocked pod", err)
 	}
 	pods, err := cs.CoreV1().Pods("").List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=w1"})
 	if err != nil {
@@ -122,7 +123,14 @@ func TestDrainHonoursDisruptionBudgets(t *testing.T) {
 		t.Fatalf("pods left on w1: %d, want only the budget-protected one", len(pods.Items))
 	}
 	nodes, _ := c.Nodes(t.Context())
-	if !nodes[0].Unschedulable {
-		t.Fatal("drain did not cordon the node")
+	if !nodes[0].Unschedulable || nodes[0].CordonedBy != kube.CordonedByUs {
+		t.Fatalf("cordon: %+v, want unschedulable and marked as ours", nodes[0])
+	}
+	if err := c.Uncordon(t.Context(), "w1"); err != nil {
+		t.Fatal(err)
+	}
+	nodes, _ = c.Nodes(t.Context())
+	if nodes[0].Unschedulable || nodes[0].CordonedBy != "" {
+		t.Fatalf("uncordon: %+v", nodes[0])
 	}
 }

@@ -27,6 +27,12 @@ const (
 	ActionUpgradeKubernetes Action = "upgrade-kubernetes"
 	// ActionBootstrap initialises etcd on the first control plane ("*").
 	ActionBootstrap Action = "bootstrap"
+	// ActionDrain evicts a node's pods through the eviction API, honouring
+	// PodDisruptionBudgets ("v").
+	ActionDrain Action = "drain"
+	// ActionReset resets a node through Talos: drained, out of etcd, its
+	// disk wiped, powered off ("x").
+	ActionReset Action = "reset"
 	// ActionWait is a gate: it changes nothing and waits until a condition
 	// holds, or stops the run ("=").
 	ActionWait Action = "wait"
@@ -45,6 +51,8 @@ var actions = []Action{
 	ActionUpgradeTalos,
 	ActionUpgradeKubernetes,
 	ActionBootstrap,
+	ActionDrain,
+	ActionReset,
 	ActionWait,
 	ActionRefuse,
 }
@@ -61,7 +69,7 @@ func (a Action) Valid() bool {
 }
 
 // Symbol returns the short marker the text renderers print in front of a
-// change: "+", "~", "-/+", "-", ">", "^", "*", "=" or "!". An unknown action
+// change: "+", "~", "-/+", "-", ">", "^", "*", "v", "x", "=" or "!". An unknown action
 // gives "?".
 func (a Action) Symbol() string {
 	switch a {
@@ -79,6 +87,10 @@ func (a Action) Symbol() string {
 		return "^"
 	case ActionBootstrap:
 		return "*"
+	case ActionDrain:
+		return "v"
+	case ActionReset:
+		return "x"
 	case ActionWait:
 		return "="
 	case ActionRefuse:

@@ -27,6 +27,8 @@ type Counts struct {
 	Bootstrap int
 	// Wait counts ActionWait changes: gates that wait for a condition.
 	Wait int
+	// Drain counts ActionDrain changes and Reset ActionReset changes.
+	Drain, Reset int
 	// Refused counts the plan's refusals (every ActionRefuse change added
 	// with Add is among them).
 	Refused int
@@ -55,6 +57,10 @@ func (p *Plan) Counts() Counts {
 			n.Bootstrap++
 		case ActionWait:
 			n.Wait++
+		case ActionDrain:
+			n.Drain++
+		case ActionReset:
+			n.Reset++
 		}
 	}
 	n.Refused = len(p.Refusals)
@@ -87,6 +93,8 @@ func (p *Plan) Summary() string {
 		parts = appendCount(parts, n.Replace, "replacement", "replacements")
 		parts = appendCount(parts, n.Upgrade, "upgrade", "upgrades")
 		parts = appendCount(parts, n.Bootstrap, "bootstrap", "bootstraps")
+		parts = appendCount(parts, n.Drain, "drain", "drains")
+		parts = appendCount(parts, n.Reset, "reset", "resets")
 		parts = appendCount(parts, n.Wait, "wait", "waits")
 		parts = appendCount(parts, n.Refused, "refused", "refused")
 		if incomplete != "" {

@@ -81,6 +81,8 @@ func TestActionSymbol(t *testing.T) {
 		{plan.ActionUpgradeTalos, "^"},
 		{plan.ActionUpgradeKubernetes, "^"},
 		{plan.ActionBootstrap, "*"},
+		{plan.ActionDrain, "v"},
+		{plan.ActionReset, "x"},
 		{plan.ActionWait, "="},
 		{plan.ActionRefuse, "!"},
 		{"rename", "?"},

@@ -44,6 +44,11 @@ const (
 	KindCIData ResourceKind = "cidata"
 	// KindMachine is a node: a VM, an OpenStack server or a metal machine.
 	KindMachine ResourceKind = "machine"
+	// KindNode is a Kubernetes Node object, named like its machine.
+	KindNode ResourceKind = "node"
+	// KindEtcdMember is an etcd member, named by the hostname it was
+	// added with.
+	KindEtcdMember ResourceKind = "etcd-member"
 	// KindCluster is the cluster as a whole, for cluster-wide operations
 	// such as a Kubernetes upgrade.
 	KindCluster ResourceKind = "cluster"
@@ -73,6 +78,8 @@ var kinds = []ResourceKind{
 	KindVIP,
 	KindCIData,
 	KindMachine,
+	KindNode,
+	KindEtcdMember,
 	KindCluster,
 	KindKubeconfig,
 	KindPlugin,

@@ -173,7 +173,12 @@ func lockDir(dir string) func() {
 
 // readJournal reads the journal of the cluster whose directory is dir.
 func readJournal(dir string) (*journal, []byte, error) {
-	data, err := boundedfile.Read(filepath.Join(dir, JournalFile), boundedfile.State)
+	return readJournalFile(filepath.Join(dir, JournalFile))
+}
+
+// readJournalFile reads a journal file; a missing one is empty.
+func readJournalFile(path string) (*journal, []byte, error) {
+	data, err := boundedfile.Read(path, boundedfile.State)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, err
 	}
@@ -207,8 +212,14 @@ func (s *DirStore) updateJournal(ctx context.Context, cluster string, change fun
 	if err != nil {
 		return err
 	}
+	return updateJournalFile(filepath.Join(dir, JournalFile), cluster, change)
+}
+
+// updateJournalFile applies change to the journal kept in path.
+func updateJournalFile(path, cluster string, change func(*journal) error) error {
+	dir := filepath.Dir(path)
 	defer lockDir(dir)()
-	j, old, err := readJournal(dir)
+	j, old, err := readJournalFile(path)
 	if err != nil {
 		return fmt.Errorf("cluster %q: %w", cluster, err)
 	}
@@ -225,7 +236,7 @@ func (s *DirStore) updateJournal(ctx context.Context, cluster string, change fun
 	if err := ensureDir(dir); err != nil {
 		return err
 	}
-	if err := WriteFile(filepath.Join(dir, JournalFile), data, 0o600); err != nil {
+	if err := WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("writing the journal of cluster %q: %w", cluster, err)
 	}
 	return nil

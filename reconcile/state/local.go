@@ -82,3 +82,49 @@ func (l Local) Lock(ctx context.Context, cluster, holder string, wait bool) (con
 	}
 	return holdFile(ctx, filepath.Join(l.Dir, LockFile), cluster, holder, wait, time.Now)
 }
+
+// LocalJournalFile is the run journal the CLI keeps in a cluster
+// directory, next to talossecrets.yaml (and, like it, out of Git).
+const LocalJournalFile = ".taloscluster-journal.json"
+
+var _ interface {
+	Begin(ctx context.Context, cluster string, e Entry) (string, error)
+	Done(ctx context.Context, cluster, id string, err error) error
+	Open(ctx context.Context, cluster string) ([]Entry, error)
+} = Local{}
+
+func (l Local) journal() string { return filepath.Join(l.Dir, LocalJournalFile) }
+
+// Begin records the intent e before a mutation and returns the entry's id.
+func (l Local) Begin(ctx context.Context, cluster string, e Entry) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	var id string
+	err := updateJournalFile(l.journal(), cluster, func(j *journal) error {
+		var err error
+		id, err = j.begin(e, time.Now())
+		return err
+	})
+	return id, err
+}
+
+// Done marks an entry finished, with err's first line when it failed.
+func (l Local) Done(ctx context.Context, cluster, id string, err error) error {
+	return updateJournalFile(l.journal(), cluster, func(j *journal) error {
+		_, doneErr := j.done(id, err, time.Now())
+		return doneErr
+	})
+}
+
+// Open returns the entries begun and not finished, oldest first.
+func (l Local) Open(ctx context.Context, cluster string) ([]Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	j, _, err := readJournalFile(l.journal())
+	if err != nil {
+		return nil, fmt.Errorf("cluster %q: %w", cluster, err)
+	}
+	return j.open(), nil
+}
