@@ -1,0 +1,323 @@
+package proxmox_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/taloscluster/taloscluster/lab"
+	labkube "github.com/taloscluster/taloscluster/lab/kube"
+	"github.com/taloscluster/taloscluster/reconcile"
+)
+
+// Scale-down scenarios: each proves one rule of docs/safety.md against the
+// lab, from the lab's operation log.
+
+// built starts a lab and converges a cluster of three control planes and
+// the given workers.
+func built(t *testing.T, name string, workers int) (*world, context.Context) {
+	t.Helper()
+	w := newWorld(t, name, workers)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	t.Cleanup(cancel)
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("first converge: %v", err)
+	}
+	return w, ctx
+}
+
+// set changes keys of the world's cluster.yaml in place.
+func (w *world) set(t *testing.T, kv ...string) {
+	t.Helper()
+	path := filepath.Join(w.dir, "cluster.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		var val yaml.Node
+		if err := yaml.Unmarshal([]byte(kv[i+1]), &val); err != nil {
+			t.Fatal(err)
+		}
+		setPath(t, doc.Content[0], strings.Split(kv[i], "."), val.Content[0])
+	}
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kube returns the lab's Kubernetes server of the world's cluster and a
+// client-go clientset with the cluster's kubeconfig.
+func (w *world) kube(t *testing.T) (*labkube.Server, kubernetes.Interface) {
+	t.Helper()
+	k, ok := w.lab.Kube(w.name)
+	if !ok {
+		t.Fatal("the cluster has no Kubernetes API")
+	}
+	data, err := os.ReadFile(filepath.Join(w.dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, cs
+}
+
+// since returns the lab's log entries after mark.
+func since(l *lab.Lab, mark time.Time) []lab.LogEntry {
+	var out []lab.LogEntry
+	for _, e := range l.Log() {
+		if e.Time.After(mark) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// find returns the index of the first entry from start on that matches
+// source, op and a target containing target; -1 when there is none.
+func find(log []lab.LogEntry, start int, source, op, target string) int {
+	for i := max(start, 0); i < len(log); i++ {
+		e := log[i]
+		if e.Source == source && e.Op == op && strings.Contains(e.Target, target) && !strings.HasPrefix(e.Result, "4") && !strings.HasPrefix(e.Result, "5") {
+			return i
+		}
+	}
+	return -1
+}
+
+// inOrder checks that the steps happen in the log in this order.
+func inOrder(t *testing.T, log []lab.LogEntry, steps ...[3]string) {
+	t.Helper()
+	at := 0
+	for _, s := range steps {
+		i := find(log, at, s[0], s[1], s[2])
+		if i < 0 {
+			var lines []string
+			for _, e := range log {
+				if e.Op != "get nodes" && e.Op != "list nodes" && !strings.HasPrefix(e.Op, "qemu.status") {
+					lines = append(lines, e.Source+" "+e.Op+" "+e.Target+" "+e.Result)
+				}
+			}
+			t.Fatalf("no %s %s %s after entry %d; the log:\n%s", s[0], s[1], s[2], at, strings.Join(lines, "\n"))
+		}
+		at = i + 1
+	}
+}
+
+func vmID(t *testing.T, w *world, name string) (string, bool) {
+	t.Helper()
+	for _, v := range w.lab.PVE.VMs() {
+		if v.Name == name {
+			return "/qemu/" + strconv.Itoa(v.ID), true
+		}
+	}
+	return "", false
+}
+
+func TestScenarioWorkerRemovalOrder(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "shrink", 2)
+	k, _ := w.kube(t)
+	victim := w.name + "-worker-02"
+	if _, err := k.AddPod(labkube.Pod{Node: victim, Labels: map[string]string{"app": "web"}, OwnerKind: "ReplicaSet", OwnerName: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.AddPod(labkube.Pod{Node: victim, Labels: map[string]string{"app": "agent"}, OwnerKind: "DaemonSet", OwnerName: "agent"}); err != nil {
+		t.Fatal(err)
+	}
+	vm, ok := vmID(t, w, victim)
+	if !ok {
+		t.Fatal("no VM of the victim")
+	}
+	w.set(t, "workers.worker.count", "1")
+	p, err := w.engine(t).Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, ch := range p.Changes {
+		if ch.Resource.Name == victim {
+			steps = append(steps, string(ch.Action)+" "+string(ch.Resource.Kind))
+		}
+	}
+	want := []string{"update node", "drain node", "reset machine", "delete node", "delete machine"}
+	if !slices.Equal(steps, want) {
+		t.Fatalf("steps for %s: %v, want %v", victim, steps, want)
+	}
+	mark := time.Now()
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("converge of the scale-down: %v", err)
+	}
+	log := since(w.lab, mark)
+	inOrder(t, log,
+		[3]string{"kubernetes", "patch nodes", victim},
+		[3]string{"kubernetes", "create pods/eviction", "web"},
+		[3]string{"talos", "Reset", ""},
+		[3]string{"kubernetes", "delete nodes", victim},
+		[3]string{"proxmox", "qemu.delete", vm},
+	)
+	if find(log, 0, "kubernetes", "create pods/eviction", "agent") >= 0 {
+		t.Error("the DaemonSet pod was evicted")
+	}
+	if _, ok := vmID(t, w, victim); ok {
+		t.Error("the VM is still there")
+	}
+	if _, ok := vmID(t, w, w.name+"-worker-01"); !ok {
+		t.Error("worker-01 is gone")
+	}
+	if n := len(w.lab.Talos.EtcdMembers(w.name)); n != 3 {
+		t.Errorf("%d etcd members, want 3", n)
+	}
+	// Idempotent: nothing is left to do.
+	p, err = w.engine(t).Plan(ctx)
+	if err != nil || !p.Empty() {
+		t.Fatalf("plan after the scale-down: %v %s", err, p.Summary())
+	}
+}
+
+func TestScenarioDisruptionBudgetMakesTheRunWait(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "pdb", 2)
+	k, cs := w.kube(t)
+	victim := w.name + "-worker-02"
+	if _, err := k.AddPod(labkube.Pod{Node: victim, Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.set(t, "workers.worker.count", "1")
+	e := w.engine(t)
+	e.DrainTimeout = 2 * time.Second
+	mark := time.Now()
+	err := e.Converge(ctx)
+	s := reconcile.Settle(err)
+	if s.Outcome != reconcile.Waiting || !strings.Contains(s.Reason, "PodDisruptionBudget") {
+		t.Fatalf("converge with a blocking budget: %v (outcome %s), want waiting on the budget", err, s.Outcome)
+	}
+	log := since(w.lab, mark)
+	if find(log, 0, "talos", "Reset", "") >= 0 || find(log, 0, "kubernetes", "delete nodes", victim) >= 0 || find(log, 0, "proxmox", "qemu.delete", "") >= 0 {
+		t.Fatal("a run waiting on a drain reset or deleted something")
+	}
+	// The pull request is reverted: the node the engine cordoned is
+	// uncordoned, since Talos never would.
+	w.set(t, "workers.worker.count", "2")
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("converge after restoring the count: %v", err)
+	}
+	n, err := cs.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+	if err != nil || n.Spec.Unschedulable {
+		t.Fatalf("node %s after the revert: unschedulable=%v err=%v, want schedulable", victim, n.Spec.Unschedulable, err)
+	}
+}
+
+func TestScenarioControlPlanesOneAtATime(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "cpdown", 0)
+	w.set(t, "controlplane.count", "1")
+	mark := time.Now()
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("converge 3 -> 1 control planes: %v", err)
+	}
+	log := since(w.lab, mark)
+	cp3, cp2 := w.name+"-controlplane-03", w.name+"-controlplane-02"
+	inOrder(t, log,
+		[3]string{"talos", "Reset", ""},
+		[3]string{"kubernetes", "delete nodes", cp3},
+		[3]string{"proxmox", "qemu.delete", ""},
+		[3]string{"talos", "Reset", ""},
+		[3]string{"kubernetes", "delete nodes", cp2},
+		[3]string{"proxmox", "qemu.delete", ""},
+	)
+	members := w.lab.Talos.EtcdMembers(w.name)
+	if len(members) != 1 {
+		t.Fatalf("etcd members after 3 -> 1: %v", members)
+	}
+	p, err := w.engine(t).Plan(ctx)
+	if err != nil || !p.Empty() {
+		t.Fatalf("plan after the scale-down: %v %s", err, p.Summary())
+	}
+}
+
+func TestScenarioEvenControlPlaneCountRefused(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "even", 0)
+	w.set(t, "controlplane.count", "2")
+	before := w.mutations()
+	err := w.engine(t).Converge(ctx)
+	if err == nil || !strings.Contains(err.Error(), "two etcd members") {
+		t.Fatalf("converge 3 -> 2: %v, want a refusal naming two etcd members", err)
+	}
+	if reconcile.Settle(err).Outcome != reconcile.Failed {
+		t.Errorf("outcome %s, want failure", reconcile.Settle(err).Outcome)
+	}
+	if w.mutations() != before {
+		t.Error("a refused scale-down changed something")
+	}
+}
+
+func TestScenarioFailedControlPlaneResetKeepsTheVM(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "cpfail", 0)
+	cp3 := w.name + "-controlplane-03"
+	var addr string
+	for _, n := range w.lab.Talos.Nodes() {
+		if n.Hostname == cp3 {
+			addr = n.Addr.String()
+		}
+	}
+	if addr == "" {
+		t.Fatal("no node of controlplane-03")
+	}
+	if err := w.lab.Inject(lab.Fault{Kind: "talos-reset-fails", Addr: addr, N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.set(t, "controlplane.count", "1")
+	mark := time.Now()
+	err := w.engine(t).Converge(ctx)
+	if reconcile.Settle(err).Outcome != reconcile.Failed || !strings.Contains(err.Error(), "VM is kept") {
+		t.Fatalf("converge with a failing reset: %v (outcome %s), want a failure that keeps the VM", err, reconcile.Settle(err).Outcome)
+	}
+	log := since(w.lab, mark)
+	if find(log, 0, "proxmox", "qemu.delete", "") >= 0 || find(log, 0, "kubernetes", "delete nodes", "") >= 0 {
+		t.Fatal("a control plane whose reset failed was deleted")
+	}
+	if _, ok := vmID(t, w, cp3); !ok {
+		t.Fatal("the VM of the control plane whose reset failed is gone")
+	}
+	if n := len(w.lab.Talos.EtcdMembers(w.name)); n != 3 {
+		t.Fatalf("%d etcd members, want 3 (nothing left etcd)", n)
+	}
+}
