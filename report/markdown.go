@@ -44,6 +44,13 @@ func Markdown(p *plan.Plan) string {
 			b.WriteString("\n> [!CAUTION]\n> **" + refusedSentence(n.Refused) + ".** The refused changes are listed below.\n")
 		}
 	}
+	if gone := plan.Removals(s); len(gone) > 0 {
+		// Outside the fold and first: machines that leave the cluster.
+		b.WriteString("\n> [!IMPORTANT]\n> **Removes " + plural(len(gone), "machine", "machines") + "**, drained and reset one at a time, in this order:\n")
+		for _, h := range gone {
+			b.WriteString("> - " + mdEscape(h) + "\n")
+		}
+	}
 	if s.Incomplete {
 		// Outside the fold: nobody may miss that the plan is partial.
 		b.WriteString("\n> [!WARNING]\n> **Incomplete:** the plan compares only what could be read.\n")

@@ -33,6 +33,9 @@ func Text(w io.Writer, p *plan.Plan) error {
 		b.WriteString(" at commit " + clean(s.Commit))
 	}
 	b.WriteString(":\n")
+	if gone := plan.Removals(s); len(gone) > 0 {
+		b.WriteString("\nRemoves " + plural(len(gone), "machine", "machines") + ", drained and reset one at a time: " + clean(strings.Join(gone, ", ")) + "\n")
+	}
 
 	for _, g := range groupByPhase(s.Changes) {
 		b.WriteString("\n" + clean(string(g.phase)) + ":\n")

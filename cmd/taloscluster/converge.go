@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -79,6 +80,11 @@ func newConverge() *cobra.Command {
 			}
 			e.Holder, e.WaitLock = "taloscluster converge", wait
 			if err := e.Converge(cmd.Context()); err != nil {
+				if s := reconcile.Settle(err); s.Outcome == reconcile.Waiting {
+					// Not a failure: something that changes on its own
+					// stopped the run; running converge again goes on.
+					return &exitError{code: 3, msg: err.Error() + "\nrun converge again later; it resumes where this run stopped"}
+				}
 				if errors.Is(err, reconcile.ErrRefused) || errors.Is(err, reconcile.ErrUnreachable) || errors.Is(err, reconcile.ErrIncomplete) {
 					return &exitError{code: 1, msg: err.Error()}
 				}
@@ -102,6 +108,11 @@ func approveDestructive(cmd *cobra.Command, p *plan.Plan) error {
 	for _, ch := range p.Changes {
 		if ch.Destructive() {
 			doomed = append(doomed, ch.Resource.Name)
+		}
+	}
+	for _, r := range plan.Removals(p) {
+		if !slices.Contains(doomed, r) {
+			doomed = append(doomed, r)
 		}
 	}
 	if len(doomed) == 0 {

@@ -342,3 +342,25 @@ func compareResources(a, b Resource) int {
 	}
 	return cmp.Compare(a.Name, b.Name)
 }
+
+// Removals returns the hostnames of the machines the plan removes from
+// the cluster (its VM or server, its Kubernetes node or its etcd member),
+// in the order they go; a person must see them before anything else.
+func Removals(p *Plan) []string {
+	if p == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range p.Changes {
+		if c.Action != ActionDelete || c.Phase == PhaseDestroy {
+			continue
+		}
+		switch c.Resource.Kind {
+		case KindMachine, KindNode, KindEtcdMember:
+			if !slices.Contains(out, c.Resource.Name) {
+				out = append(out, c.Resource.Name)
+			}
+		}
+	}
+	return out
+}
