@@ -2,6 +2,8 @@ package proxmox_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,7 +22,9 @@ import (
 
 	"github.com/taloscluster/taloscluster/lab"
 	labkube "github.com/taloscluster/taloscluster/lab/kube"
+	"github.com/taloscluster/taloscluster/lab/pve"
 	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
 )
 
 // Scale-down scenarios: each proves one rule of docs/safety.md against the
@@ -319,5 +323,160 @@ func TestScenarioFailedControlPlaneResetKeepsTheVM(t *testing.T) {
 	}
 	if n := len(w.lab.Talos.EtcdMembers(w.name)); n != 3 {
 		t.Fatalf("%d etcd members, want 3 (nothing left etcd)", n)
+	}
+}
+
+// vm returns the lab's VM of that name.
+func (w *world) vm(t *testing.T, name string) pve.VMState {
+	t.Helper()
+	for _, v := range w.lab.PVE.VMs() {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("no VM %s", name)
+	return pve.VMState{}
+}
+
+// stopVM powers a VM off through the Proxmox API, as a crash would look,
+// and waits until it is stopped.
+func (w *world) stopVM(t *testing.T, name string) {
+	t.Helper()
+	v := w.vm(t, name)
+	w.pve(t, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", v.Node, v.ID), nil)
+	waitFor(t, name+" stopped", func() bool { return !w.vm(t, name).Running })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestScenarioMachineWithoutNodeIsDeleted(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "nonode", 2)
+	_, cs := w.kube(t)
+	victim := w.name + "-worker-02"
+	// A prior run reset the node and deleted its Node, then its VM delete
+	// failed: the VM is there, powered off, with no Node.
+	w.stopVM(t, victim)
+	if err := cs.CoreV1().Nodes().Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.set(t, "workers.worker.count", "1")
+	mark := time.Now()
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("converge: %v", err)
+	}
+	log := since(w.lab, mark)
+	if find(log, 0, "talos", "Reset", "") >= 0 {
+		t.Error("a powered-off machine was reset")
+	}
+	inOrder(t, log, [3]string{"proxmox", "qemu.delete", ""})
+	if _, ok := vmID(t, w, victim); ok {
+		t.Fatal("the VM without a Node was left")
+	}
+}
+
+func TestScenarioNodeWithoutMachineIsDeleted(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "novm", 2)
+	_, cs := w.kube(t)
+	victim := w.name + "-worker-02"
+	v := w.vm(t, victim)
+	w.stopVM(t, victim)
+	w.pve(t, http.MethodDelete, fmt.Sprintf("/nodes/%s/qemu/%d", v.Node, v.ID), nil)
+	waitFor(t, victim+" deleted", func() bool { _, ok := vmID(t, w, victim); return !ok })
+	waitFor(t, victim+" NotReady", func() bool {
+		n, err := cs.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == "Ready" {
+				return c.Status != "True"
+			}
+		}
+		return false
+	})
+	w.set(t, "workers.worker.count", "1")
+	mark := time.Now()
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("converge: %v", err)
+	}
+	log := since(w.lab, mark)
+	inOrder(t, log, [3]string{"kubernetes", "delete nodes", victim})
+	if find(log, 0, "proxmox", "qemu.delete", "") >= 0 || find(log, 0, "talos", "Reset", "") >= 0 {
+		t.Error("a Node without a VM made the engine reset or delete a VM")
+	}
+	if _, err := cs.CoreV1().Nodes().Get(ctx, victim, metav1.GetOptions{}); err == nil {
+		t.Fatal("the Node whose VM is gone is still there")
+	}
+}
+
+func TestScenarioDeadControlPlaneLeavesThroughTheSurvivors(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "deadcp", 0)
+	cp3 := w.name + "-controlplane-03"
+	w.stopVM(t, cp3)
+	w.set(t, "controlplane.count", "1")
+	mark := time.Now()
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("converge 3 -> 1 with controlplane-03 dead: %v", err)
+	}
+	log := since(w.lab, mark)
+	inOrder(t, log,
+		[3]string{"talos", "EtcdRemoveMemberByID", ""},
+		[3]string{"kubernetes", "delete nodes", cp3},
+		[3]string{"proxmox", "qemu.delete", ""},
+		[3]string{"talos", "Reset", ""},
+		[3]string{"kubernetes", "delete nodes", w.name + "-controlplane-02"},
+	)
+	if ms := w.lab.Talos.EtcdMembers(w.name); len(ms) != 1 {
+		t.Fatalf("etcd members after 3 -> 1: %v", ms)
+	}
+}
+
+func TestScenarioUnreadableMembersKeepTheMachine(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "nolist", 0)
+	cp3 := w.name + "-controlplane-03"
+	w.stopVM(t, cp3)
+	w.set(t, "controlplane.count", "1")
+	e := w.engine(t)
+	e.ReadBudget = time.Second
+	// Observation reads the members first; the fault hits the reads
+	// after it.
+	p, err := e.Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Removals(p)) == 0 {
+		t.Fatalf("no removal planned: %s", p.Summary())
+	}
+	for _, n := range w.lab.Talos.Nodes() {
+		if n.Cluster == w.name {
+			if err := w.lab.Inject(lab.Fault{Kind: "talos-fail", Op: "EtcdMemberList", Addr: n.Addr.String(), N: 1000}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mark := time.Now()
+	err = e.Converge(ctx)
+	if err == nil {
+		t.Fatal("converge removed a dead control plane without reading the etcd members")
+	}
+	log := since(w.lab, mark)
+	if find(log, 0, "proxmox", "qemu.delete", "") >= 0 || find(log, 0, "talos", "EtcdRemoveMemberByID", "") >= 0 {
+		t.Fatalf("the members could not be read, yet a member or VM was removed: %v", err)
+	}
+	if _, ok := vmID(t, w, cp3); !ok {
+		t.Fatal("the dead control plane's VM is gone")
 	}
 }
