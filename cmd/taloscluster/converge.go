@@ -8,12 +8,14 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/kube"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/reconcile/state"
@@ -48,6 +50,7 @@ func newConverge() *cobra.Command {
 		dir               string
 		yes, dryRun, wait bool
 		output            string
+		drainTimeout      time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:     "converge [-C DIR] [--yes] [--dry-run] [--wait]",
@@ -78,7 +81,7 @@ func newConverge() *cobra.Command {
 			if !yes {
 				e.Approve = func(p *plan.Plan) error { return approveDestructive(cmd, p) }
 			}
-			e.Holder, e.WaitLock = "taloscluster converge", wait
+			e.Holder, e.WaitLock, e.DrainTimeout = "taloscluster converge", wait, drainTimeout
 			if err := e.Converge(cmd.Context()); err != nil {
 				if s := reconcile.Settle(err); s.Outcome == reconcile.Waiting {
 					// Not a failure: something that changes on its own
@@ -98,6 +101,7 @@ func newConverge() *cobra.Command {
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the plan and change nothing")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a converge or destroy of the cluster that is running to finish instead of failing")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan output format with --dry-run: text, json or markdown")
+	cmd.Flags().DurationVar(&drainTimeout, "drain-timeout", kube.DrainTimeout, "how long the drain of a removed node may be held up by PodDisruptionBudgets before converge stops and exits 3 (waiting)")
 	return cmd
 }
 
