@@ -986,6 +986,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 	md := report.Markdown(pl)
 	id := a.storePlan(cluster, p.Head, "plan", md)
 	sec.Body, sec.FullURL = md, a.link(id)
+	sec.Removes = plan.Removals(pl)
 	sec.Summary += pl.Summary()
 	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, pl.Summary()
 	sec.Result = "planned"

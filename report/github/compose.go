@@ -44,7 +44,13 @@ type Section struct {
 	// FullURL links to the full plan on the agent's status page, used when
 	// the body has to be cut.
 	FullURL string
+	// Removes are the machines the plan removes, in order: listed under
+	// the summary table, before any fold, so a reviewer cannot miss them.
+	Removes []string
 }
+
+// maxRemovesListed bounds the names listed per cluster under the table.
+const maxRemovesListed = 50
 
 // Compose builds the comments of a pull request: a summary table first,
 // then each cluster's plan folded in <details>, split into numbered
@@ -61,6 +67,22 @@ func Compose(header string, sections []Section, limit int) []string {
 		fmt.Fprintf(&table, "| `%s` | %s | %s |\n", escapeCell(s.Cluster), escapeCell(s.Result), escapeCell(s.Summary))
 	}
 	first := Marker + "\n" + header + "\n\n" + table.String() + "\n"
+	for _, s := range sections {
+		if len(s.Removes) == 0 {
+			continue
+		}
+		names := s.Removes
+		more := ""
+		if len(names) > maxRemovesListed {
+			more = fmt.Sprintf(" and %d more", len(names)-maxRemovesListed)
+			names = names[:maxRemovesListed]
+		}
+		quoted := make([]string, len(names))
+		for i, n := range names {
+			quoted[i] = "`" + escapeCell(n) + "`"
+		}
+		first += fmt.Sprintf("> [!IMPORTANT]\n> **`%s` removes %d machine(s)**, drained and reset one at a time: %s%s\n\n", escapeCell(s.Cluster), len(s.Removes), strings.Join(quoted, ", "), more)
+	}
 	var comments []string
 	cur := first
 	part := 1
