@@ -5,11 +5,11 @@ import (
 	"testing"
 )
 
-// TestAgentScaleDownPullRequest: a pull request that lowers a pool's
+// TestScenarioAgentScaleDownPullRequest: a pull request that lowers a pool's
 // count shows the removal first in its plan comment, before the steps;
 // its merge is converged without a question (the review was the
 // confirmation), and the status says so.
-func TestAgentScaleDownPullRequest(t *testing.T) {
+func TestScenarioAgentScaleDownPullRequest(t *testing.T) {
 	t.Parallel()
 	w := newAgentWorld(t, "127.79.0.0/24")
 	two := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)

@@ -67,13 +67,13 @@ func quorum(l *lab.Lab, name string) bool {
 	return voters > 0 && started*2 > voters
 }
 
-// TestScaleDownSurvivesKills kills converge (SIGKILL, a process of its
+// TestScenarioKilledScaleDownsResume kills converge (SIGKILL, a process of its
 // own) at twenty random moments of a scale-down from 5 control planes and
 // 4 workers to 3 and 1; a run that finishes before its kill leaves the
 // cluster shrunk (checked), and the cluster is grown back for the next.
 // At the end no machine is duplicated or left behind, etcd has exactly the
 // desired members, and at no kill point had etcd lost its majority.
-func TestScaleDownSurvivesKills(t *testing.T) {
+func TestScenarioKilledScaleDownsResume(t *testing.T) {
 	t.Parallel()
 	l, dir := labCluster(t, "127.94.0.0/24", "kills", 4)
 	grow := func() {
@@ -200,10 +200,10 @@ func checkShrunk(t *testing.T, l *lab.Lab, name string, controlPlanes, workers i
 	}
 }
 
-// TestConvergeWaitsWithExitThree: a budget that blocks a drain makes
+// TestScenarioBlockedDrainExitsThree: a budget that blocks a drain makes
 // converge exit 3 with the reason, and without a terminal a scale-down
 // needs --yes.
-func TestConvergeWaitsWithExitThree(t *testing.T) {
+func TestScenarioBlockedDrainExitsThree(t *testing.T) {
 	t.Parallel()
 	l, dir := labCluster(t, "127.95.0.0/24", "waits", 2)
 	if code, out, errOut := cli(t, "converge", "--yes", "-C", dir); code != 0 {

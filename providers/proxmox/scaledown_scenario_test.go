@@ -480,3 +480,35 @@ func TestScenarioUnreadableMembersKeepTheMachine(t *testing.T) {
 		t.Fatal("the dead control plane's VM is gone")
 	}
 }
+
+func TestScenarioEtcdGateIgnoresTheAPI(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "gate", 0)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	w.set(t, "controlplane.count", "5")
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("first converge: %v", err)
+	}
+	// controlplane-02 stays but is down. The API still answers through
+	// the VIP and etcd keeps its majority (four of five), so only etcd's
+	// own health tells that removing controlplane-05 now would leave the
+	// cluster one failure from losing quorum.
+	w.stopVM(t, w.name+"-controlplane-02")
+	w.set(t, "controlplane.count", "3")
+	e := w.engine(t)
+	e.BootTimeout = 3 * time.Second
+	mark := time.Now()
+	err := e.Converge(ctx)
+	if err == nil || !strings.Contains(err.Error(), "controlplane-02") {
+		t.Fatalf("converge while a control plane that stays is down: %v, want a stop naming it", err)
+	}
+	for _, e := range since(w.lab, mark) {
+		if e.Source == "talos" && e.Op == "Reset" || e.Source == "proxmox" && e.Op == "qemu.delete" {
+			t.Fatalf("a control plane was removed while etcd was not healthy: %v", err)
+		}
+	}
+	if n := len(w.lab.Talos.EtcdMembers(w.name)); n != 5 {
+		t.Errorf("%d etcd members, want all 5 still", n)
+	}
+}
