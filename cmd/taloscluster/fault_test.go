@@ -898,10 +898,26 @@ func readFile(t *testing.T, path string) []byte {
 // honest: every test a row names exists in the repository.
 func TestThreatTableNamesTests(t *testing.T) {
 	t.Parallel()
-	doc := string(readFile(t, "../../docs/reliability.md"))
-	_, table, ok := strings.Cut(doc, "## Hostile pull requests: the threat table")
+	checkTableNamesTests(t, "docs/reliability.md", "## Hostile pull requests: the threat table", "attack", 5, 3)
+}
+
+// TestSafetyTableNamesTests: every rule of docs/safety.md names a test
+// that exists.
+func TestSafetyTableNamesTests(t *testing.T) {
+	t.Parallel()
+	checkTableNamesTests(t, "docs/safety.md", "## The rules and their proofs", "rule", 4, 2)
+}
+
+// checkTableNamesTests checks that each row of the table under heading in
+// doc (columns cells wide, counting the empty ones the outer pipes make)
+// names, in its column col, a test that is defined somewhere in the
+// repository. A row may instead point at a package's tests in words.
+func checkTableNamesTests(t *testing.T, doc, heading, header string, cells, col int) {
+	t.Helper()
+	text := string(readFile(t, "../../"+doc))
+	_, table, ok := strings.Cut(text, heading)
 	if !ok {
-		t.Fatal("docs/reliability.md has no threat table")
+		t.Fatalf("%s has no %q", doc, heading)
 	}
 	if next := strings.Index(table, "\n## "); next >= 0 {
 		table = table[:next]
@@ -922,23 +938,23 @@ func TestThreatTableNamesTests(t *testing.T) {
 	}
 	rows := 0
 	for _, l := range strings.Split(table, "\n") {
-		cells := strings.Split(l, "|")
-		if len(cells) != 5 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") || strings.TrimSpace(cells[1]) == "attack" {
+		parts := strings.Split(l, "|")
+		if len(parts) != cells || strings.HasPrefix(strings.TrimSpace(parts[1]), "---") || strings.TrimSpace(parts[1]) == header {
 			continue
 		}
 		rows++
-		names := regexp.MustCompile("`(Test\\w+)`").FindAllStringSubmatch(cells[3], -1)
-		if len(names) == 0 {
-			t.Errorf("threat row %q names no test", strings.TrimSpace(cells[1]))
+		names := regexp.MustCompile("`(Test\\w+)`").FindAllStringSubmatch(parts[col], -1)
+		if len(names) == 0 && !strings.Contains(parts[col], "tests in `") {
+			t.Errorf("%s: row %q names no test", doc, strings.TrimSpace(parts[1]))
 		}
 		for _, n := range names {
 			if !defined[n[1]] {
-				t.Errorf("threat row %q names %s, which does not exist", strings.TrimSpace(cells[1]), n[1])
+				t.Errorf("%s: row %q names %s, which does not exist", doc, strings.TrimSpace(parts[1]), n[1])
 			}
 		}
 	}
 	if rows == 0 {
-		t.Fatal("the threat table has no rows")
+		t.Fatalf("%s: the table has no rows", doc)
 	}
 }
 
