@@ -66,15 +66,24 @@ func (r *run) kube(ctx context.Context) (*kube.Client, error) {
 // machineAddress reads one machine's address from the provider now; ""
 // when it reports none or the machine is gone.
 func (r *run) machineAddress(ctx context.Context, hostname string) (string, error) {
+	addrs, err := r.addresses(ctx)
+	return addrs[hostname], err
+}
+
+// addresses reads every machine's address from the provider now, in one
+// read: hostname to its first address, absent when it reports none.
+func (r *run) addresses(ctx context.Context) (map[string]string, error) {
 	inv, err := r.e.Infra.Observe(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	m, ok := machineNamed(inv, hostname)
-	if !ok || len(m.Addresses) == 0 {
-		return "", nil
+	out := map[string]string{}
+	for _, m := range inv.Machines() {
+		if len(m.Addresses) > 0 {
+			out[m.Hostname] = m.Addresses[0].String()
+		}
 	}
-	return m.Addresses[0].String(), nil
+	return out, nil
 }
 
 func (r *run) cordon(ctx context.Context, hostname string) error {
@@ -194,17 +203,11 @@ func (r *run) reset(ctx context.Context, op resetMachine) error {
 	return nil
 }
 
-// survivors returns the addresses of the control planes that stay, in
-// order: the members asked about etcd.
-func (r *run) survivors(ctx context.Context) (*talos.Client, []string, error) {
-	tc, cps, err := r.talosClient(ctx)
-	return tc, cps, err
-}
-
 // members reads the etcd members from the first surviving control plane
-// whose etcd answers; it fails closed when none does.
+// (a desired one: talosClient's endpoints) whose etcd answers; it fails
+// closed when none does.
 func (r *run) members(ctx context.Context) ([]talos.Member, string, error) {
-	tc, cps, err := r.survivors(ctx)
+	tc, cps, err := r.talosClient(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -236,7 +239,7 @@ func (r *run) leftEtcd(ctx context.Context, op leftEtcd) error {
 	if !op.remove {
 		return retry.Terminal(fmt.Errorf("%s is still an etcd member after its reset (member list from %s); its VM is kept", op.hostname, from))
 	}
-	tc, _, err := r.survivors(ctx)
+	tc, _, err := r.talosClient(ctx)
 	if err != nil {
 		return err
 	}
@@ -265,7 +268,7 @@ func (r *run) leftEtcd(ctx context.Context, op leftEtcd) error {
 // healthy. The Kubernetes API answering says nothing of this.
 func (r *run) etcdSafe(ctx context.Context, op etcdSafe) error {
 	e := r.e
-	tc, _, err := r.survivors(ctx)
+	tc, _, err := r.talosClient(ctx)
 	if err != nil {
 		return err
 	}
@@ -297,6 +300,10 @@ func (r *run) etcdUnsafe(ctx context.Context, tc *talos.Client, op etcdSafe) str
 	if err != nil {
 		return err.Error()
 	}
+	addrs, err := r.addresses(ctx)
+	if err != nil {
+		return "the machines' addresses could not be read: " + err.Error()
+	}
 	var reasons []string
 	for _, m := range ms {
 		if m.Learner {
@@ -308,8 +315,8 @@ func (r *run) etcdUnsafe(ctx context.Context, tc *talos.Client, op etcdSafe) str
 			reasons = append(reasons, fmt.Sprintf("%s is not a voting member (list from %s)", h, from))
 			continue
 		}
-		addr, err := r.machineAddress(ctx, h)
-		if err != nil || addr == "" {
+		addr := addrs[h]
+		if addr == "" {
 			reasons = append(reasons, h+" reports no address")
 			continue
 		}
