@@ -119,6 +119,8 @@ type Agent struct {
 	release func()
 	// infos are the cluster descriptions read, by commit and directory.
 	infos infoCache
+	// board is what the status page shows; it has its own lock.
+	board *board
 
 	mu          sync.Mutex
 	defaultHead string
@@ -132,13 +134,9 @@ type Agent struct {
 	fetchErr    error
 	forgeErr    error
 	lastDrift   time.Time
-	status      map[string]*httpapi.ClusterStatus
-	plans       map[string]string // id -> markdown
-	planOrder   []string
 	shown       map[shownKey]shownPlan // the last plan shown per cluster and pull request
 	shownOrder  []shownKey
 	approved    map[string]approvedPlan // cluster -> the plan its current converge job was allowed to run
-	checks      map[string]*CheckResult // cluster -> its last check
 }
 
 // Deps are what New wires together.
@@ -177,8 +175,7 @@ func New(cfg *Config, d Deps) *Agent {
 	}
 	a := &Agent{cfg: cfg, repo: d.Repo, forge: d.Forge, runner: d.Runner, progress: d.Progress, metrics: d.Metrics,
 		redact: d.Redact, log: d.Log, reports: d.Outbox, fleet: d.Fleet, planned: map[int]string{}, untrusted: map[int]string{},
-		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
-		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{}, checks: map[string]*CheckResult{},
+		board: newBoard(d.Redact), shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{},
 		retry:   retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
 		release: func() {},
 		// The first drift check comes one interval after start: on start,
@@ -375,12 +372,8 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 	}
 	a.mu.Lock()
 	a.defaultHead, a.clusters = head, dirs
-	for _, d := range dirs {
-		if a.status[d] == nil {
-			a.status[d] = &httpapi.ClusterStatus{Path: d}
-		}
-	}
 	a.mu.Unlock()
+	a.board.track(dirs)
 	affected = slices.DeleteFunc(affected, func(d string) bool { return !a.owns(d) })
 	if prev == "" {
 		// On the first poll, resume: converge each cluster whose last
@@ -537,8 +530,8 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	attempt := max(j.Attempt, 1)
 	statusCtx := gh.StatusContext("converge", j.Cluster)
 	started := time.Now()
-	a.setRunning(j, started)
-	defer a.setRunning(Job{Cluster: j.Cluster}, time.Time{})
+	a.board.setRunning(j, started)
+	defer a.board.setRunning(Job{Cluster: j.Cluster}, time.Time{})
 	if a.metrics != nil {
 		a.metrics.RunStarted(metrics.KindConverge, j.Cluster)
 	}
@@ -637,8 +630,8 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	}
 	page.WriteString(rv.differencesText())
 	page.WriteString("```\n" + strings.Join(lines, "") + "\n```\n")
-	id := a.storePlan(j.Cluster, j.Commit, "converge", page.String())
-	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
+	id := a.board.storePlan(j.Cluster, j.Commit, "converge", page.String())
+	a.board.record(j.Cluster, func(s *httpapi.ClusterStatus) {
 		s.LastConverge = &httpapi.RunSummary{Commit: j.Commit, Result: string(result), Time: time.Now(), PlanID: id}
 	})
 	run := httpapi.Run{Kind: string(KindConverge), Commit: j.Commit, Result: string(result), Duration: time.Since(started), PlanID: id}
@@ -650,7 +643,7 @@ func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
 	} else if j.Kind == KindDrift {
 		run.Detail = "self-heal of drift"
 	}
-	a.addRun(j.Cluster, run)
+	a.board.addRun(j.Cluster, run)
 	// A try that will be retried only updates the statuses; the comment
 	// comes with the last one.
 	if again == 0 && ctx.Err() == nil {
@@ -912,14 +905,14 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 		if a.metrics != nil {
 			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 		}
-		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: desc, Duration: time.Since(started)})
+		a.board.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: desc, Duration: time.Since(started)})
 		return clusterPlan{sec: sec, status: a.planStatus(p, statusCtx, gh.StateFailure, desc, "")}
 	}
 	if slices.Contains(trees.removed, cluster) {
 		msg := fmt.Sprintf("this pull request deletes the cluster directory %s. Merging it destroys nothing: the machines and the cluster keep running, no longer managed by the agent. "+
 			"To destroy the cluster, first merge a pull request that adds a %s file to the directory whose first line is the cluster's name, and review its destroy plan.", cluster, DestroyMarker)
 		sec.Result, sec.Summary, sec.Body = "removed", "directory deleted: the cluster keeps running", msg+"\n"
-		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: "removed", Detail: "directory deleted: nothing destroyed", Duration: time.Since(started)})
+		a.board.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: "removed", Detail: "directory deleted: nothing destroyed", Duration: time.Since(started)})
 		return clusterPlan{sec: sec, status: a.planStatus(p, statusCtx, gh.StateSuccess, "directory deleted: the cluster keeps running, nothing is destroyed", "")}
 	}
 	if why := a.nameConflict(p.Head, base, cluster, trees.dirs, trees.baseDirs); why != "" {
@@ -974,7 +967,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 			if a.metrics != nil {
 				a.metrics.RunFinished(metrics.KindPlan, cluster, metrics.ResultRetried, time.Since(started))
 			}
-			a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(metrics.ResultRetried), Detail: desc, Duration: time.Since(started)})
+			a.board.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(metrics.ResultRetried), Detail: desc, Duration: time.Since(started)})
 			return clusterPlan{sec: sec, retry: wait,
 				status: a.planStatus(p, statusCtx, gh.StatePending, desc, "")}
 		case transient || attempt > 1:
@@ -984,7 +977,7 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 	}
 	pl.Commit = p.Head
 	md := report.Markdown(pl)
-	id := a.storePlan(cluster, p.Head, "plan", md)
+	id := a.board.storePlan(cluster, p.Head, "plan", md)
 	sec.Body, sec.FullURL = md, a.link(id)
 	sec.Summary += pl.Summary()
 	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, pl.Summary()
@@ -1008,14 +1001,14 @@ func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster
 	if a.metrics != nil {
 		a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
 	}
-	a.record(cluster, func(s *httpapi.ClusterStatus) {
+	a.board.record(cluster, func(s *httpapi.ClusterStatus) {
 		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
 	})
 	run := httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: pl.Summary(), Duration: time.Since(started), PlanID: id}
 	if result != metrics.ResultSuccess {
 		run.Detail = desc
 	}
-	a.addRun(cluster, run)
+	a.board.addRun(cluster, run)
 	return clusterPlan{sec: sec, plan: pl,
 		status: a.planStatus(p, statusCtx, state, desc, a.link(id))}
 }
@@ -1101,8 +1094,8 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 		if a.metrics != nil {
 			a.metrics.DriftCheckFailed(c)
 		}
-		a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
-		a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "failure", Detail: reason, Duration: time.Since(started)})
+		a.board.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
+		a.board.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "failure", Detail: reason, Duration: time.Since(started)})
 		return false
 	}
 	if pl.Incomplete {
@@ -1113,8 +1106,8 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 		if a.metrics != nil {
 			a.metrics.DriftCheckFailed(c)
 		}
-		a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
-		a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "unknown", Detail: reason, Duration: time.Since(started)})
+		a.board.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
+		a.board.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "unknown", Detail: reason, Duration: time.Since(started)})
 		return false
 	}
 	drifted := !pl.Empty()
@@ -1128,11 +1121,11 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 	result := "no drift"
 	if drifted {
 		pl.Commit = head
-		id = a.storePlan(c, head, runDrift, report.Markdown(pl))
+		id = a.board.storePlan(c, head, runDrift, report.Markdown(pl))
 		changes, more = a.driftLines(pl)
 		result = "drift"
 	}
-	a.record(c, func(s *httpapi.ClusterStatus) {
+	a.board.record(c, func(s *httpapi.ClusterStatus) {
 		s.Drift, s.DriftError, s.DriftChecked = drifted, "", time.Now()
 		s.DriftSummary, s.DriftChanges, s.DriftMore, s.DriftPlanID = summary, changes, more, id
 	})
@@ -1140,53 +1133,13 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 	if drifted {
 		detail = summary
 	}
-	a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: result, Detail: detail, Duration: time.Since(started), PlanID: id})
+	a.board.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: result, Detail: detail, Duration: time.Since(started), PlanID: id})
 	return drifted
 }
-
-// setRunning records the mutating job that started on its cluster at
-// started, or with an empty Kind that none runs any more.
-func (a *Agent) setRunning(j Job, started time.Time) {
-	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
-		s.Running, s.Progress = string(j.Kind), nil
-		if j.Kind != "" {
-			s.Progress = &httpapi.Progress{Kind: string(j.Kind), Commit: j.Commit, Started: started}
-		}
-	})
-}
-
-func (a *Agent) record(cluster string, f func(*httpapi.ClusterStatus)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s := a.status[cluster]
-	if s == nil {
-		s = &httpapi.ClusterStatus{Path: cluster}
-		a.status[cluster] = s
-	}
-	f(s)
-}
-
-// maxPlans bounds the plans kept for the status page.
-const maxPlans = 200
 
 // maxTitle bounds the bytes of a pull request's title shown in its plan
 // comment.
 const maxTitle = 200
-
-func (a *Agent) storePlan(cluster, commit, kind, markdown string) string {
-	id := fmt.Sprintf("%s-%s-%s", kind, short(commit), strings.NewReplacer("/", "_", " ", "_").Replace(cluster))
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.plans[id]; !ok {
-		a.planOrder = append(a.planOrder, id)
-	}
-	a.plans[id] = a.redact.String(markdown)
-	for len(a.planOrder) > maxPlans {
-		delete(a.plans, a.planOrder[0])
-		a.planOrder = a.planOrder[1:]
-	}
-	return id
-}
 
 func (a *Agent) link(planID string) string {
 	if a.cfg.PublicURL == "" {
@@ -1225,29 +1178,22 @@ func (a *Agent) Status() httpapi.StatusPage {
 	a.mu.Lock()
 	page := httpapi.StatusPage{Repository: a.cfg.GitHub.Repo, Branch: a.cfg.Repository.DefaultBranch, LastFetch: a.lastFetch,
 		RepositoryURL: repositoryURL(a.cfg.GitHub.APIURL, a.cfg.GitHub.Repo)}
-	paths := make([]string, 0, len(a.status))
-	for p := range a.status {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
-	for _, p := range paths {
-		cs := *a.status[p]
-		cs.Elsewhere = !a.owns(p)
-		if cs.Progress != nil {
-			progress := *cs.Progress
-			cs.Progress = &progress
-		}
-		page.Clusters = append(page.Clusters, cs)
-	}
 	a.mu.Unlock()
+	page.Clusters = a.board.sections()
+	for i := range page.Clusters {
+		page.Clusters[i].Elsewhere = !a.owns(page.Clusters[i].Path)
+	}
 	if a.fleet != nil {
 		page.Replica = a.redact.String(a.fleet.Summary())
 	}
 	{
 		_, waiting := a.sched.Queue()
 		for _, j := range waiting {
-			page.Queue = append(page.Queue, httpapi.QueuedJob{Cluster: j.Cluster, Kind: string(j.Kind), Commit: j.Commit,
-				Attempt: j.Attempt, NotBefore: j.NotBefore})
+			q := httpapi.QueuedJob{Cluster: j.Cluster, Kind: string(j.Kind), Commit: j.Commit, Attempt: j.Attempt, NotBefore: j.NotBefore}
+			if j.Waits > 0 {
+				q.Waiting = a.board.waitingReason(j.Cluster)
+			}
+			page.Queue = append(page.Queue, q)
 		}
 	}
 	r := a.reports.Pending()
@@ -1259,10 +1205,7 @@ func (a *Agent) Status() httpapi.StatusPage {
 
 // Plan returns a stored plan for the status page.
 func (a *Agent) Plan(id string) (string, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	md, ok := a.plans[id]
-	return md, ok
+	return a.board.plan(id)
 }
 
 // Wait waits until no job runs or waits, then for a pass over the reports

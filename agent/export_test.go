@@ -31,7 +31,7 @@ var RepositoryURL = repositoryURL
 // converge does before its first step.
 func (a *Agent) SetRunningForTest(cluster string, j Job) {
 	j.Cluster = cluster
-	a.setRunning(j, time.Now())
+	a.board.setRunning(j, time.Now())
 }
 
 // ProgressLog is the log func a converge of cluster passes the runner.
