@@ -197,9 +197,9 @@ const (
 // Waits of a converge that stopped on something that will change on its
 // own (reconcile.Waiting: a PodDisruptionBudget that blocks a drain, a
 // node still booting): the job runs again after the wait the engine
-// names, or else after a jittered wait that starts at WaitInitial and
-// doubles up to WaitMax, and these runs count no attempt. A job that
-// still waits WaitLimit after its first wait fails.
+// names (at least WaitInitial), or else after a jittered wait that starts
+// at WaitInitial and doubles up to WaitMax, and these runs count no
+// attempt. A job that still waits WaitLimit after its first wait fails.
 const (
 	WaitInitial = 30 * time.Second
 	WaitMax     = 5 * time.Minute

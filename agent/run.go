@@ -143,7 +143,7 @@ func (r *run) verdict(ctx context.Context, err error) verdict {
 			r.since = now
 		}
 		v.waited = now.Sub(r.since)
-		v.waitBackoff, v.waitLimit = a.waits.backoff.Backoff(j.Waits+1), a.waits.limit
+		v.waitBackoff, v.waitMin, v.waitLimit = a.waits.backoff.Backoff(j.Waits+1), a.waits.backoff.Initial, a.waits.limit
 		v.waitReason = fitLine(a.redact.String(v.settled.Reason), maxWaitReason)
 		if v.waitReason == "" {
 			v.waitReason = v.reason
@@ -291,10 +291,11 @@ type verdict struct {
 	// waitReason is what a waiting run waits for (one line, secrets
 	// removed); waited how long its job has waited, from its first wait (0
 	// for the first); waitBackoff the wait before the next run when the
-	// engine names none; waitLimit how long a job may wait before it
-	// fails.
-	waitReason                     string
-	waited, waitBackoff, waitLimit time.Duration
+	// engine names none; waitMin the shortest wait, whatever the engine
+	// names (GitHub keeps at most 1000 statuses of a commit and context);
+	// waitLimit how long a job may wait before it fails.
+	waitReason                              string
+	waited, waitBackoff, waitMin, waitLimit time.Duration
 	// destroy, covers and note shape the status of a success: a destroy,
 	// the merges the run covered, the word on the review.
 	destroy bool
@@ -325,7 +326,7 @@ type outcome struct {
 //	                     refused the run          refused    failure "refused: <why>"                          no
 //	                     context ended            cancelled  failure "<reason>"                                no
 //	                     disk full                retried    pending "no space left ..., retrying in <d> ..."  after backoff, however often
-//	waiting              waited under the limit   waiting    pending "waiting: <reason>, retrying in <d>"      after RetryAfter or the wait backoff (at most up to the limit), no attempt counted
+//	waiting              waited under the limit   waiting    pending "waiting: <reason>, retrying in <d>"      after RetryAfter (at least waitMin) or the wait backoff, at most up to the limit; no attempt counted
 //	waiting              waited the limit         failure    failure "waited too long (over <limit>): <reason>" no
 //	transient (waiting)  attempts left            retried    pending "attempt n of m failed: <reason>, retrying in <d>" after backoff (GitHub's rate limit at least)
 //	transient (waiting)  no attempt left          failure    failure "attempt n of m failed: <reason>"         no
@@ -356,7 +357,7 @@ func settle(v verdict) outcome {
 		if wait <= 0 {
 			wait = v.waitBackoff
 		}
-		wait = min(wait, v.waitLimit-v.waited)
+		wait = min(max(wait, v.waitMin), v.waitLimit-v.waited)
 		return outcome{result: metrics.ResultWaiting, state: gh.StatePending, again: wait, waiting: true, reason: v.waitReason,
 			desc: fitDescription("waiting: ", v.waitReason, ", retrying in "+humanDuration(wait))}
 	case waiting:

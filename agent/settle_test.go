@@ -25,7 +25,7 @@ func TestSettle(t *testing.T) {
 	// base is a converge's first attempt that failed with reason.
 	base := func(s reconcile.Settled) verdict {
 		return verdict{settled: s, reason: reason, detail: reason, attempt: 1, attempts: 5, backoff: 30 * time.Second,
-			waitReason: "a PodDisruptionBudget blocks draining w1", waitBackoff: 40 * time.Second, waitLimit: time.Hour}
+			waitReason: "a PodDisruptionBudget blocks draining w1", waitBackoff: 40 * time.Second, waitMin: 30 * time.Second, waitLimit: time.Hour}
 	}
 	with := func(v verdict, f func(*verdict)) verdict { f(&v); return v }
 	long := strings.Repeat("x", 300)
@@ -60,6 +60,9 @@ func TestSettle(t *testing.T) {
 		{"waiting, the engine's wait", base(pdbIn(10 * time.Minute)),
 			outcome{result: metrics.ResultWaiting, state: gh.StatePending, again: 10 * time.Minute, waiting: true,
 				reason: "a PodDisruptionBudget blocks draining w1", desc: "waiting: a PodDisruptionBudget blocks draining w1, retrying in 10m"}},
+		{"waiting, the engine's wait, at least the shortest", base(pdbIn(time.Second)),
+			outcome{result: metrics.ResultWaiting, state: gh.StatePending, again: 30 * time.Second, waiting: true,
+				reason: "a PodDisruptionBudget blocks draining w1", desc: "waiting: a PodDisruptionBudget blocks draining w1, retrying in 30s"}},
 		{"waiting, the wait cut to the limit", with(base(pdbIn(10*time.Minute)), func(v *verdict) { v.waited = 58 * time.Minute }),
 			outcome{result: metrics.ResultWaiting, state: gh.StatePending, again: 2 * time.Minute, waiting: true,
 				reason: "a PodDisruptionBudget blocks draining w1", desc: "waiting: a PodDisruptionBudget blocks draining w1, retrying in 2m"}},
