@@ -197,9 +197,12 @@ func (r *run) finish(ctx context.Context, err error, out outcome) Requeue {
 	if len(r.rv.prs) > 0 {
 		run.PR = r.rv.prs[0]
 	}
-	if out.result != metrics.ResultSuccess {
+	switch {
+	case out.waiting:
+		run.Detail = strings.TrimPrefix(out.desc, "waiting: ") // the result says it
+	case out.result != metrics.ResultSuccess:
 		run.Detail = out.desc
-	} else if j.Kind == KindDrift {
+	case j.Kind == KindDrift:
 		run.Detail = "self-heal of drift"
 	}
 	a.board.addRun(j.Cluster, run)

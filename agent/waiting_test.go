@@ -122,7 +122,7 @@ func TestWaitingConvergeRunsAgainWithoutCountingAnAttempt(t *testing.T) {
 		`converge of <code>m1</code> <span class="retried">waiting: a PodDisruptionBudget blocks draining w1 (token [redacted])</span> (since <time datetime="2025-06-01T12:00:00Z">`,
 		"it runs again <time",
 		"converge (waiting: a PodDisruptionBudget blocks draining w1 (token [redacted]), not before",
-		`<span class="retried">waiting</span>: waiting: a PodDisruptionBudget`,
+		`<span class="retried">waiting</span>: a PodDisruptionBudget blocks draining w1 (token [redacted]), retrying in 10m</td>`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the status page lacks %q:\n%s", want, page)
