@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/taloscluster/taloscluster/agent/httpapi"
@@ -97,6 +96,12 @@ type Agent struct {
 	// transient error: RetryInitial, RetryMax and RetryAttempts, which
 	// tests shrink.
 	retry retry.Policy
+	// waits paces the runs of a job that stopped on something that will
+	// change on its own: WaitInitial, WaitMax and WaitLimit, which tests
+	// shrink.
+	waits waitPolicy
+	// now is the clock a job's wait is measured with; tests replace it.
+	now func() time.Time
 
 	// allowed is cfg.AllowedEndpoints parsed.
 	allowed []endpoint
@@ -119,6 +124,8 @@ type Agent struct {
 	release func()
 	// infos are the cluster descriptions read, by commit and directory.
 	infos infoCache
+	// board is what the status page shows; it has its own lock.
+	board *board
 
 	mu          sync.Mutex
 	defaultHead string
@@ -132,13 +139,9 @@ type Agent struct {
 	fetchErr    error
 	forgeErr    error
 	lastDrift   time.Time
-	status      map[string]*httpapi.ClusterStatus
-	plans       map[string]string // id -> markdown
-	planOrder   []string
 	shown       map[shownKey]shownPlan // the last plan shown per cluster and pull request
 	shownOrder  []shownKey
 	approved    map[string]approvedPlan // cluster -> the plan its current converge job was allowed to run
-	checks      map[string]*CheckResult // cluster -> its last check
 }
 
 // Deps are what New wires together.
@@ -177,9 +180,9 @@ func New(cfg *Config, d Deps) *Agent {
 	}
 	a := &Agent{cfg: cfg, repo: d.Repo, forge: d.Forge, runner: d.Runner, progress: d.Progress, metrics: d.Metrics,
 		redact: d.Redact, log: d.Log, reports: d.Outbox, fleet: d.Fleet, planned: map[int]string{}, untrusted: map[int]string{},
-		status: map[string]*httpapi.ClusterStatus{}, plans: map[string]string{},
-		shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{}, checks: map[string]*CheckResult{},
-		retry:   retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
+		board: newBoard(d.Redact), shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{},
+		retry: retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
+		waits: waitPolicy{backoff: retry.Policy{Initial: WaitInitial, Max: WaitMax}, limit: WaitLimit}, now: time.Now,
 		release: func() {},
 		// The first drift check comes one interval after start: on start,
 		// the resume logic converges what is behind.
@@ -198,7 +201,7 @@ func New(cfg *Config, d Deps) *Agent {
 		a.reports.Observe(func(p outbox.Pending) { a.metrics.ReportsPending(p.Count, p.Oldest, p.Dropped) })
 	}
 	a.startDeliverer(ctx)
-	a.sched = NewScheduler(ctx, cfg.Concurrency, a.runMutation)
+	a.sched = NewSchedulerRequeue(ctx, cfg.Concurrency, a.runMutation)
 	if a.fleet != nil {
 		a.fleetDone = make(chan struct{})
 		go func() {
@@ -375,12 +378,8 @@ func (a *Agent) defaultBranch(ctx context.Context, head string) error {
 	}
 	a.mu.Lock()
 	a.defaultHead, a.clusters = head, dirs
-	for _, d := range dirs {
-		if a.status[d] == nil {
-			a.status[d] = &httpapi.ClusterStatus{Path: d}
-		}
-	}
 	a.mu.Unlock()
+	a.board.track(dirs)
 	affected = slices.DeleteFunc(affected, func(d string) bool { return !a.owns(d) })
 	if prev == "" {
 		// On the first poll, resume: converge each cluster whose last
@@ -531,176 +530,6 @@ func (a *Agent) removed(ctx context.Context, cluster, head string) {
 	a.setStatus(ctx, head, gh.StatusContext("converge", cluster), gh.StateSuccess, "directory removed: nothing destroyed", a.link(""))
 }
 
-// runMutation runs a converge or drift-heal job and returns how long to
-// wait before it runs again after a transient failure, or 0.
-func (a *Agent) runMutation(ctx context.Context, j Job) time.Duration {
-	attempt := max(j.Attempt, 1)
-	statusCtx := gh.StatusContext("converge", j.Cluster)
-	started := time.Now()
-	a.setRunning(j, started)
-	defer a.setRunning(Job{Cluster: j.Cluster}, time.Time{})
-	if a.metrics != nil {
-		a.metrics.RunStarted(metrics.KindConverge, j.Cluster)
-	}
-	running := "converging"
-	switch {
-	case attempt > a.retry.Attempts:
-		running = fmt.Sprintf("converging, attempt %d", attempt) // after a full disk
-	case attempt > 1:
-		running = fmt.Sprintf("converging, attempt %d of %d", attempt, a.retry.Attempts)
-	}
-	a.setStatus(ctx, j.Commit, statusCtx, gh.StatePending, running, a.link(""))
-	rv := a.newReview(ctx, j, attempt)
-	rv.destroy = a.hasDestroyMarker(j.Commit, j.Cluster)
-	var logMu sync.Mutex
-	var lines []string
-	var err error
-	if rv.destroy {
-		err = a.destroyAllowed(ctx, j)
-	}
-	if err == nil {
-		err = a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
-			return a.runner.Converge(ctx, j.Cluster, j.Commit, files, a.progressLog(j.Cluster, func(s string) {
-				logMu.Lock()
-				lines = append(lines, s)
-				logMu.Unlock()
-			}), rv.approve)
-		})
-	}
-	var again time.Duration
-	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, "converged"
-	if rv.destroy {
-		desc = "destroyed"
-	}
-	switch {
-	case errors.Is(err, errDestroyRefused):
-		result, state, desc = metrics.ResultRefused, gh.StateFailure, fitLine(firstLine(a.redact.String(err.Error())), gh.MaxDescription)
-		a.log.Warn("destroy refused", "cluster", j.Cluster, "commit", j.Commit, "reason", desc)
-	case err == nil:
-		if len(j.Covers) > 1 {
-			desc = fmt.Sprintf("converged, covering %d merges", len(j.Covers))
-		}
-		if attempt > 1 {
-			desc += fmt.Sprintf(" (attempt %d of %d)", attempt, a.retry.Attempts)
-		}
-		if note := rv.note(); note != "" {
-			desc += "; " + note
-		}
-		if perr := a.progress.SetLastConverged(ctx, j.Cluster, j.Commit); perr != nil {
-			a.log.Error("recording the converged commit", "cluster", j.Cluster, "error", perr)
-		}
-	case rv.refused != "":
-		result, state, desc = metrics.ResultRefused, gh.StateFailure, fitLine("refused: "+rv.refused, gh.MaxDescription)
-		a.log.Warn("converge refused: the plan is not the reviewed plan", "cluster", j.Cluster, "commit", j.Commit, "reason", rv.refused)
-	default:
-		reason := firstLine(a.redact.String(err.Error()))
-		transient := retry.IsTransient(err)
-		result, state, desc = metrics.ResultFailure, gh.StateFailure, reason
-		switch {
-		case ctx.Err() != nil:
-			result = metrics.ResultCancelled
-		case diskFull(err):
-			// Not the cluster's fault and not a try of its own: the run
-			// is tried again, however often, until the disk has room.
-			again = a.retry.Backoff(attempt)
-			result, state = metrics.ResultRetried, gh.StatePending
-			desc = "no space left on the agent's disk; retrying in " + humanDuration(again) + " once there is room"
-		case transient && attempt < a.retry.Attempts:
-			again = a.retry.Backoff(attempt)
-			if l, ok := gh.RateLimited(err); ok {
-				// Trying again before GitHub's limit is over is a wasted attempt.
-				again = max(again, time.Until(l.Until)+time.Duration(rand.Int64N(int64(30*time.Second))))
-			}
-			result, state = metrics.ResultRetried, gh.StatePending
-			desc = attemptDescription(attempt, a.retry.Attempts, reason, ", retrying in "+humanDuration(again))
-		case transient || attempt > 1:
-			desc = attemptDescription(attempt, a.retry.Attempts, reason, "")
-		}
-		if rv.ran != nil && len(rv.ran.Refusals) > 0 && result == metrics.ResultFailure {
-			result = metrics.ResultRefused
-		}
-		if again > 0 {
-			a.log.Warn("converge failed; retrying", "cluster", j.Cluster, "commit", j.Commit, "attempt", attempt, "in", again, "error", reason)
-		} else {
-			a.log.Error("converge failed", "cluster", j.Cluster, "commit", j.Commit, "attempt", attempt, "error", reason)
-		}
-	}
-	if again == 0 {
-		a.forgetApproved(j.Cluster, j.Commit)
-	}
-	if a.metrics != nil {
-		a.metrics.RunFinished(metrics.KindConverge, j.Cluster, result, time.Since(started))
-	}
-	var page strings.Builder
-	if rv.ran != nil {
-		page.WriteString(report.Markdown(rv.ran) + "\n")
-	}
-	page.WriteString(rv.differencesText())
-	page.WriteString("```\n" + strings.Join(lines, "") + "\n```\n")
-	id := a.storePlan(j.Cluster, j.Commit, "converge", page.String())
-	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
-		s.LastConverge = &httpapi.RunSummary{Commit: j.Commit, Result: string(result), Time: time.Now(), PlanID: id}
-	})
-	run := httpapi.Run{Kind: string(KindConverge), Commit: j.Commit, Result: string(result), Duration: time.Since(started), PlanID: id}
-	if len(rv.prs) > 0 {
-		run.PR = rv.prs[0]
-	}
-	if result != metrics.ResultSuccess {
-		run.Detail = desc
-	} else if j.Kind == KindDrift {
-		run.Detail = "self-heal of drift"
-	}
-	a.addRun(j.Cluster, run)
-	// A try that will be retried only updates the statuses; the comment
-	// comes with the last one.
-	if again == 0 && ctx.Err() == nil {
-		for i, pr := range rv.prs {
-			if pr == 0 && !rv.limited[i] {
-				continue
-			}
-			verb := "converge"
-			if rv.destroy {
-				verb = "destroy"
-			}
-			body := fmt.Sprintf("**taloscluster %s** of `%s` at `%s`: **%s**", verb, j.Cluster, short(j.Commit), desc)
-			if len(j.Covers) > 1 {
-				body += fmt.Sprintf("\n\nThis run covered the merges %s.", strings.Join(shorts(j.Covers), ", "))
-			}
-			if pr == 0 {
-				// Found after GitHub's rate limit, with the comment.
-				body += "\n\n_GitHub's rate limit kept the agent from finding this pull request when the converge ran, so this comment does not compare the plan that ran with the reviewed one._"
-			} else if sec := rv.section(i, pr, a.link(id)); sec != "" {
-				body += "\n\n" + sec
-			}
-			a.comment(ctx, pr, j.Covers[i], body)
-		}
-	}
-	// The status comes last: it tells that the run is over. The newest
-	// commit's, the one the run was for, comes after the merges it covered.
-	for _, c := range slices.Backward(j.Covers) {
-		a.setStatus(ctx, c, statusCtx, state, desc, a.link(id))
-	}
-	return again
-}
-
-// destroyAllowed refuses a run of a commit whose cluster directory holds
-// the destroy marker when the marker must not act: a drift job never
-// destroys, and a directory whose cluster the agent never converged from
-// it destroys nothing.
-func (a *Agent) destroyAllowed(ctx context.Context, j Job) error {
-	if j.Kind == KindDrift {
-		return fmt.Errorf("%w: self-heal never destroys; the %s marker acts only on a reviewed merge", errDestroyRefused, DestroyMarker)
-	}
-	why, err := a.destroyRefusal(ctx, j.Cluster, []string{j.Cluster})
-	if err != nil {
-		return err
-	}
-	if why != "" {
-		return fmt.Errorf("%w: %s", errDestroyRefused, why)
-	}
-	return nil
-}
-
 // withFiles runs f on the cluster's files at commit.
 func (a *Agent) withFiles(commit, cluster string, f func(fs.FS) error) error {
 	tree, err := a.repo.Tree(commit)
@@ -836,214 +665,6 @@ func (a *Agent) untrustedBecause(ctx context.Context, p gh.PR) (string, error) {
 	return "", nil
 }
 
-// planPR returns the plan run of a pull request head: it plans every
-// affected cluster and posts one comment. A cluster whose plan failed with
-// a transient error is planned again on the next attempt, after the wait
-// the run returns.
-func (a *Agent) planPR(p gh.PR, trees prTrees, clusters []string) func(ctx context.Context, attempt int) time.Duration {
-	results := make([]clusterPlan, len(clusters))
-	todo := make([]int, len(clusters))
-	for i := range todo {
-		todo[i] = i
-	}
-	return func(ctx context.Context, attempt int) time.Duration {
-		var again time.Duration
-		var next []int
-		var statuses []outbox.Report
-		for _, i := range todo {
-			if ctx.Err() != nil {
-				return 0 // superseded by a newer push
-			}
-			r := a.planCluster(ctx, p, trees, clusters[i], attempt)
-			results[i] = r
-			if r.status != nil {
-				statuses = append(statuses, *r.status)
-			}
-			if r.retry > 0 {
-				next = append(next, i)
-				again = max(again, r.retry)
-			}
-		}
-		if ctx.Err() != nil {
-			return 0
-		}
-		todo = next
-		sections := make([]gh.Section, len(results))
-		for i, r := range results {
-			sections[i] = r.sec
-		}
-		header := fmt.Sprintf("**taloscluster plan** for %s at `%s`", report.MarkdownText(p.Title, maxTitle), short(p.Head))
-		// The statuses are queued after the comment, on the same commit and
-		// at once, so a final status is never posted before the plan it
-		// describes.
-		a.report(ctx, append([]outbox.Report{{Kind: outbox.PlanComment, PR: p.Number, Commit: p.Head,
-			Bodies: gh.Compose(header, sections, 0)}}, statuses...)...)
-		// What the comment shows (now, or once GitHub takes it) is what a
-		// merge is checked against. Its green status cannot come first.
-		for i, c := range clusters {
-			a.rememberShown(c, p.Number, p.Head, results[i].plan)
-			a.storeShown(ctx, c, p.Number, p.Head, results[i].plan)
-		}
-		return again
-	}
-}
-
-// clusterPlan is the outcome of planning one cluster of a pull request.
-type clusterPlan struct {
-	sec gh.Section
-	// status is the cluster's plan status, nil for none.
-	status *outbox.Report
-	// plan is the plan shown, nil when the section shows none.
-	plan *plan.Plan
-	// retry is the wait before planning again after a transient failure,
-	// 0 for none.
-	retry time.Duration
-}
-
-// planCluster plans one cluster of a pull request.
-func (a *Agent) planCluster(ctx context.Context, p gh.PR, trees prTrees, cluster string, attempt int) clusterPlan {
-	base := trees.base
-	started := time.Now()
-	statusCtx := gh.StatusContext("plan", cluster)
-	sec := gh.Section{Cluster: cluster}
-	fail := func(result metrics.Result, desc, msg string) clusterPlan {
-		msg = a.redact.String(msg)
-		sec.Result, sec.Summary, sec.Body = string(result), firstLine(a.redact.String(desc)), "```\n"+msg+"\n```\n"
-		if a.metrics != nil {
-			a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
-		}
-		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: desc, Duration: time.Since(started)})
-		return clusterPlan{sec: sec, status: a.planStatus(p, statusCtx, gh.StateFailure, desc, "")}
-	}
-	if slices.Contains(trees.removed, cluster) {
-		msg := fmt.Sprintf("this pull request deletes the cluster directory %s. Merging it destroys nothing: the machines and the cluster keep running, no longer managed by the agent. "+
-			"To destroy the cluster, first merge a pull request that adds a %s file to the directory whose first line is the cluster's name, and review its destroy plan.", cluster, DestroyMarker)
-		sec.Result, sec.Summary, sec.Body = "removed", "directory deleted: the cluster keeps running", msg+"\n"
-		a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: "removed", Detail: "directory deleted: nothing destroyed", Duration: time.Since(started)})
-		return clusterPlan{sec: sec, status: a.planStatus(p, statusCtx, gh.StateSuccess, "directory deleted: the cluster keeps running, nothing is destroyed", "")}
-	}
-	if why := a.nameConflict(p.Head, base, cluster, trees.dirs, trees.baseDirs); why != "" {
-		a.log.Warn("pull request not planned: cluster name in use", "pr", p.Number, "cluster", cluster, "commit", p.Head, "reason", why)
-		return fail(metrics.ResultRefused, "not planned: "+why, "not planned: "+why)
-	}
-	destroy := a.hasDestroyMarker(p.Head, cluster)
-	if destroy {
-		why, err := a.destroyRefusal(ctx, cluster, trees.baseDirs)
-		if err != nil {
-			msg := a.redact.String(err.Error())
-			return fail(metrics.ResultFailure, msg, msg)
-		}
-		if why != "" {
-			a.log.Warn("destroy not planned", "pr", p.Number, "cluster", cluster, "commit", p.Head, "reason", why)
-			return fail(metrics.ResultRefused, "destroy refused: "+why, "destroy refused: "+why)
-		}
-	}
-	why, err := a.endpointPolicy(p.Head, base, cluster)
-	if err != nil {
-		// Fail closed: the endpoints could not be read, so nothing is
-		// asked of them. (The plan would report this load error itself.)
-		msg := a.redact.String(err.Error())
-		return fail(metrics.ResultFailure, msg, msg)
-	}
-	if why != "" {
-		a.log.Warn("pull request not planned: endpoint policy", "pr", p.Number, "cluster", cluster, "commit", p.Head, "reason", a.redact.String(why))
-		return fail(metrics.ResultRefused, "not planned: "+why, "not planned: "+why)
-	}
-	if a.sched.Busy(cluster) {
-		sec.Summary = "(the cluster is being converged right now; this plan may change) "
-	}
-	var pl *plan.Plan
-	err = a.withFiles(p.Head, cluster, func(files fs.FS) error {
-		var err error
-		pl, err = a.runner.Plan(ctx, cluster, files)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return clusterPlan{sec: sec}
-		}
-		msg := a.redact.String(err.Error())
-		reason := firstLine(msg)
-		transient := retry.IsTransient(err)
-		switch {
-		case transient && attempt < a.retry.Attempts:
-			wait := a.retry.Backoff(attempt)
-			desc := attemptDescription(attempt, a.retry.Attempts, reason, ", retrying in "+humanDuration(wait))
-			a.log.Warn("plan failed; retrying", "pr", p.Number, "cluster", cluster, "attempt", attempt, "in", wait, "error", reason)
-			sec.Result, sec.Summary, sec.Body = string(metrics.ResultRetried), desc, "```\n"+msg+"\n```\n"
-			if a.metrics != nil {
-				a.metrics.RunFinished(metrics.KindPlan, cluster, metrics.ResultRetried, time.Since(started))
-			}
-			a.addRun(cluster, httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(metrics.ResultRetried), Detail: desc, Duration: time.Since(started)})
-			return clusterPlan{sec: sec, retry: wait,
-				status: a.planStatus(p, statusCtx, gh.StatePending, desc, "")}
-		case transient || attempt > 1:
-			return fail(metrics.ResultFailure, attemptDescription(attempt, a.retry.Attempts, reason, ""), msg)
-		}
-		return fail(metrics.ResultFailure, msg, msg)
-	}
-	pl.Commit = p.Head
-	md := report.Markdown(pl)
-	id := a.storePlan(cluster, p.Head, "plan", md)
-	sec.Body, sec.FullURL = md, a.link(id)
-	sec.Removes = plan.Removals(pl)
-	sec.Summary += pl.Summary()
-	result, state, desc := metrics.ResultSuccess, gh.StateSuccess, pl.Summary()
-	sec.Result = "planned"
-	if destroy {
-		// A destroy is always reviewed: a merge destroys only what this
-		// plan shows (see review.approve).
-		sec.Result, desc = "destroy", "destroy: "+pl.Summary()
-		sec.Summary = "**destroy:** merging deletes every machine and resource below, and the cluster's identity. " + sec.Summary
-	}
-	if pl.Incomplete {
-		result, state = metrics.ResultFailure, gh.StateFailure
-		desc = "incomplete: " + pl.IncompleteReasons[0]
-		sec.Result = "incomplete"
-	}
-	if len(pl.Refusals) > 0 {
-		result, state = metrics.ResultRefused, gh.StateFailure
-		desc = "refused: " + pl.Refusals[0].Reason
-		sec.Result = "refused"
-	}
-	if a.metrics != nil {
-		a.metrics.RunFinished(metrics.KindPlan, cluster, result, time.Since(started))
-	}
-	a.record(cluster, func(s *httpapi.ClusterStatus) {
-		s.LastPlan = &httpapi.RunSummary{Commit: p.Head, Result: string(result), Time: time.Now(), PlanID: id}
-	})
-	run := httpapi.Run{Kind: string(KindPlan), Commit: p.Head, PR: p.Number, Result: string(result), Detail: pl.Summary(), Duration: time.Since(started), PlanID: id}
-	if result != metrics.ResultSuccess {
-		run.Detail = desc
-	}
-	a.addRun(cluster, run)
-	return clusterPlan{sec: sec, plan: pl,
-		status: a.planStatus(p, statusCtx, state, desc, a.link(id))}
-}
-
-// endpointPolicy says why a pull request must not point a cluster's
-// credentials or trust where it does (see endpointRefusal), or "". It
-// fails when the pull request's endpoints cannot be read.
-func (a *Agent) endpointPolicy(head, base, cluster string) (string, error) {
-	var prEP Endpoints
-	if err := a.withFiles(head, cluster, func(files fs.FS) error {
-		var err error
-		prEP, err = a.runner.Endpoints(cluster, files)
-		return err
-	}); err != nil {
-		return "", err
-	}
-	var baseEP *Endpoints
-	_ = a.withFiles(base, cluster, func(files fs.FS) error {
-		ep, err := a.runner.Endpoints(cluster, files)
-		if err == nil {
-			baseEP = &ep
-		}
-		return err
-	})
-	return endpointRefusal(prEP, baseEP, a.allowed, a.cfg.AllowTLSChanges), nil
-}
-
 // drift plans every cluster on the default branch every drift interval;
 // with self_heal a drifted cluster is converged. A plan with changes or
 // refusals is drift; a cluster that could not be planned is neither
@@ -1102,8 +723,8 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 		if a.metrics != nil {
 			a.metrics.DriftCheckFailed(c)
 		}
-		a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
-		a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "failure", Detail: reason, Duration: time.Since(started)})
+		a.board.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
+		a.board.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "failure", Detail: reason, Duration: time.Since(started)})
 		return false
 	}
 	if pl.Incomplete {
@@ -1114,8 +735,8 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 		if a.metrics != nil {
 			a.metrics.DriftCheckFailed(c)
 		}
-		a.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
-		a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "unknown", Detail: reason, Duration: time.Since(started)})
+		a.board.record(c, func(s *httpapi.ClusterStatus) { s.DriftError, s.DriftChecked = reason, time.Now() })
+		a.board.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: "unknown", Detail: reason, Duration: time.Since(started)})
 		return false
 	}
 	drifted := !pl.Empty()
@@ -1129,11 +750,11 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 	result := "no drift"
 	if drifted {
 		pl.Commit = head
-		id = a.storePlan(c, head, runDrift, report.Markdown(pl))
+		id = a.board.storePlan(c, head, runDrift, report.Markdown(pl))
 		changes, more = a.driftLines(pl)
 		result = "drift"
 	}
-	a.record(c, func(s *httpapi.ClusterStatus) {
+	a.board.record(c, func(s *httpapi.ClusterStatus) {
 		s.Drift, s.DriftError, s.DriftChecked = drifted, "", time.Now()
 		s.DriftSummary, s.DriftChanges, s.DriftMore, s.DriftPlanID = summary, changes, more, id
 	})
@@ -1141,53 +762,13 @@ func (a *Agent) driftCheck(ctx context.Context, c, head string) bool {
 	if drifted {
 		detail = summary
 	}
-	a.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: result, Detail: detail, Duration: time.Since(started), PlanID: id})
+	a.board.addRun(c, httpapi.Run{Kind: runDrift, Commit: head, Result: result, Detail: detail, Duration: time.Since(started), PlanID: id})
 	return drifted
 }
-
-// setRunning records the mutating job that started on its cluster at
-// started, or with an empty Kind that none runs any more.
-func (a *Agent) setRunning(j Job, started time.Time) {
-	a.record(j.Cluster, func(s *httpapi.ClusterStatus) {
-		s.Running, s.Progress = string(j.Kind), nil
-		if j.Kind != "" {
-			s.Progress = &httpapi.Progress{Kind: string(j.Kind), Commit: j.Commit, Started: started}
-		}
-	})
-}
-
-func (a *Agent) record(cluster string, f func(*httpapi.ClusterStatus)) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s := a.status[cluster]
-	if s == nil {
-		s = &httpapi.ClusterStatus{Path: cluster}
-		a.status[cluster] = s
-	}
-	f(s)
-}
-
-// maxPlans bounds the plans kept for the status page.
-const maxPlans = 200
 
 // maxTitle bounds the bytes of a pull request's title shown in its plan
 // comment.
 const maxTitle = 200
-
-func (a *Agent) storePlan(cluster, commit, kind, markdown string) string {
-	id := fmt.Sprintf("%s-%s-%s", kind, short(commit), strings.NewReplacer("/", "_", " ", "_").Replace(cluster))
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.plans[id]; !ok {
-		a.planOrder = append(a.planOrder, id)
-	}
-	a.plans[id] = a.redact.String(markdown)
-	for len(a.planOrder) > maxPlans {
-		delete(a.plans, a.planOrder[0])
-		a.planOrder = a.planOrder[1:]
-	}
-	return id
-}
 
 func (a *Agent) link(planID string) string {
 	if a.cfg.PublicURL == "" {
@@ -1226,29 +807,22 @@ func (a *Agent) Status() httpapi.StatusPage {
 	a.mu.Lock()
 	page := httpapi.StatusPage{Repository: a.cfg.GitHub.Repo, Branch: a.cfg.Repository.DefaultBranch, LastFetch: a.lastFetch,
 		RepositoryURL: repositoryURL(a.cfg.GitHub.APIURL, a.cfg.GitHub.Repo)}
-	paths := make([]string, 0, len(a.status))
-	for p := range a.status {
-		paths = append(paths, p)
-	}
-	slices.Sort(paths)
-	for _, p := range paths {
-		cs := *a.status[p]
-		cs.Elsewhere = !a.owns(p)
-		if cs.Progress != nil {
-			progress := *cs.Progress
-			cs.Progress = &progress
-		}
-		page.Clusters = append(page.Clusters, cs)
-	}
 	a.mu.Unlock()
+	page.Clusters = a.board.sections()
+	for i := range page.Clusters {
+		page.Clusters[i].Elsewhere = !a.owns(page.Clusters[i].Path)
+	}
 	if a.fleet != nil {
 		page.Replica = a.redact.String(a.fleet.Summary())
 	}
 	{
 		_, waiting := a.sched.Queue()
 		for _, j := range waiting {
-			page.Queue = append(page.Queue, httpapi.QueuedJob{Cluster: j.Cluster, Kind: string(j.Kind), Commit: j.Commit,
-				Attempt: j.Attempt, NotBefore: j.NotBefore})
+			q := httpapi.QueuedJob{Cluster: j.Cluster, Kind: string(j.Kind), Commit: j.Commit, Attempt: j.Attempt, NotBefore: j.NotBefore}
+			if j.Waits > 0 {
+				q.Waiting = a.board.waitingReason(j.Cluster)
+			}
+			page.Queue = append(page.Queue, q)
 		}
 	}
 	r := a.reports.Pending()
@@ -1260,10 +834,7 @@ func (a *Agent) Status() httpapi.StatusPage {
 
 // Plan returns a stored plan for the status page.
 func (a *Agent) Plan(id string) (string, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	md, ok := a.plans[id]
-	return md, ok
+	return a.board.plan(id)
 }
 
 // Wait waits until no job runs or waits, then for a pass over the reports
@@ -1322,14 +893,6 @@ func humanDuration(d time.Duration) string {
 	return fmt.Sprintf("%dm%ds", m, sec)
 }
 
-func shorts(shas []string) []string {
-	out := make([]string, len(shas))
-	for i, s := range shas {
-		out[i] = "`" + short(s) + "`"
-	}
-	return out
-}
-
 // prTrees are the cluster directories a pull request is planned against.
 type prTrees struct {
 	// base is the default branch's head; baseDirs its cluster directories.
@@ -1353,10 +916,4 @@ func removedBy(before, after, changed []string) []string {
 		}
 	}
 	return out
-}
-
-// diskFull reports whether err comes from a disk with no space or quota
-// left (the state backend's, the journal's, the outbox's).
-func diskFull(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }

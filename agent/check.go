@@ -39,26 +39,9 @@ const (
 	runCheck = "check"
 )
 
-// maxRuns bounds the runs kept per cluster for the status page.
-const maxRuns = 20
-
 // maxDriftChanges bounds the steps of a drift plan listed on the status
 // page; the full plan is linked.
 const maxDriftChanges = 20
-
-// addRun records a finished run of cluster for the status page.
-func (a *Agent) addRun(cluster string, r httpapi.Run) {
-	r.Detail = firstLine(a.redact.String(r.Detail))
-	if r.Finished.IsZero() {
-		r.Finished = time.Now()
-	}
-	a.record(cluster, func(s *httpapi.ClusterStatus) {
-		s.Runs = append([]httpapi.Run{r}, s.Runs...)
-		if len(s.Runs) > maxRuns {
-			s.Runs = s.Runs[:maxRuns]
-		}
-	})
-}
 
 // checkCluster runs check on cluster at head: its metrics, the status
 // page's nodes and updates, and a run in the history. The last report
@@ -85,17 +68,15 @@ func (a *Agent) checkCluster(ctx context.Context, cluster, head string) {
 		if a.metrics != nil {
 			a.metrics.CheckFinished(cluster, false)
 		}
-		a.record(cluster, func(s *httpapi.ClusterStatus) {
+		a.board.record(cluster, func(s *httpapi.ClusterStatus) {
 			s.Check = &httpapi.CheckStatus{Time: time.Now(), Error: reason}
 		})
-		a.addRun(cluster, httpapi.Run{Kind: runCheck, Commit: head, Result: "failure", Detail: reason, Duration: time.Since(started)})
+		a.board.addRun(cluster, httpapi.Run{Kind: runCheck, Commit: head, Result: "failure", Detail: reason, Duration: time.Since(started)})
 		return
 	}
 	a.quiet.forget("check " + cluster)
 	r := res.Report
-	a.mu.Lock()
-	a.checks[cluster] = res
-	a.mu.Unlock()
+	a.board.keepCheck(cluster, res)
 	if a.metrics != nil {
 		for _, comp := range r.Components {
 			if comp.Unknown != "" {
@@ -112,7 +93,7 @@ func (a *Agent) checkCluster(ctx context.Context, cluster, head string) {
 		a.metrics.CheckFinished(cluster, !r.Incomplete)
 	}
 	view := a.checkView(res)
-	a.record(cluster, func(s *httpapi.ClusterStatus) { s.Check = view })
+	a.board.record(cluster, func(s *httpapi.ClusterStatus) { s.Check = view })
 	result, detail := "ok", ""
 	switch {
 	case r.Incomplete:
@@ -120,7 +101,7 @@ func (a *Agent) checkCluster(ctx context.Context, cluster, head string) {
 	case r.NeedsAttention:
 		result, detail = "needs attention", findingsSummary(r)
 	}
-	a.addRun(cluster, httpapi.Run{Kind: runCheck, Commit: head, Result: result, Detail: detail, Duration: time.Since(started)})
+	a.board.addRun(cluster, httpapi.Run{Kind: runCheck, Commit: head, Result: result, Detail: detail, Duration: time.Since(started)})
 }
 
 // findingsSummary counts a report's findings by kind: "1 update, 2
@@ -188,13 +169,7 @@ func (a *Agent) checkView(res *CheckResult) *httpapi.CheckStatus {
 // LastCheck returns the report of the last check of cluster that ran,
 // and whether one did.
 func (a *Agent) LastCheck(cluster string) (*check.Report, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	res, ok := a.checks[cluster]
-	if !ok {
-		return nil, false
-	}
-	return res.Report, true
+	return a.board.lastCheck(cluster)
 }
 
 // driftLines describes the steps and refusals of a drift plan, one line
@@ -242,7 +217,7 @@ func (a *Agent) progressLog(cluster string, keep func(string)) func(string) {
 				continue
 			}
 			text := fitLine(a.redact.String(strings.TrimSpace(m[3])), 200)
-			a.record(cluster, func(s *httpapi.ClusterStatus) {
+			a.board.record(cluster, func(s *httpapi.ClusterStatus) {
 				if s.Progress != nil {
 					s.Progress.Step, s.Progress.Steps, s.Progress.Text = i, n, text
 				}

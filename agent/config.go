@@ -194,6 +194,25 @@ const (
 	RetryAttempts = 5
 )
 
+// Waits of a converge that stopped on something that will change on its
+// own (reconcile.Waiting: a PodDisruptionBudget that blocks a drain, a
+// node still booting): the job runs again after the wait the engine
+// names (at least WaitInitial), or else after a jittered wait that starts
+// at WaitInitial and doubles up to WaitMax, and these runs count no
+// attempt. A job that still waits WaitLimit after its first wait fails.
+const (
+	WaitInitial = 30 * time.Second
+	WaitMax     = 5 * time.Minute
+	WaitLimit   = time.Hour
+)
+
+// waitPolicy paces the runs of a job that waits: the backoff between them
+// when the engine names no wait, and how long it may wait in all.
+type waitPolicy struct {
+	backoff retry.Policy
+	limit   time.Duration
+}
+
 // LoadConfig reads and checks an agent configuration file. Unknown keys are
 // refused, and every problem is reported at once.
 func LoadConfig(file string) (*Config, error) {

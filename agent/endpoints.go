@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/url"
 	"strconv"
@@ -201,4 +202,27 @@ func endpointRefusal(pr Endpoints, base *Endpoints, allowed []endpoint, allowTLS
 		}
 	}
 	return ""
+}
+
+// endpointPolicy says why a pull request must not point a cluster's
+// credentials or trust where it does (see endpointRefusal), or "". It
+// fails when the pull request's endpoints cannot be read.
+func (a *Agent) endpointPolicy(head, base, cluster string) (string, error) {
+	var prEP Endpoints
+	if err := a.withFiles(head, cluster, func(files fs.FS) error {
+		var err error
+		prEP, err = a.runner.Endpoints(cluster, files)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	var baseEP *Endpoints
+	_ = a.withFiles(base, cluster, func(files fs.FS) error {
+		ep, err := a.runner.Endpoints(cluster, files)
+		if err == nil {
+			baseEP = &ep
+		}
+		return err
+	})
+	return endpointRefusal(prEP, baseEP, a.allowed, a.cfg.AllowTLSChanges), nil
 }

@@ -174,9 +174,9 @@ func (r *review) approve(pl *plan.Plan) error {
 	if r.job.Kind == KindDrift && !r.destroy {
 		return nil // self-heal: converging drift is what self_heal asks for
 	}
-	if prev, ok := a.approvedOf(r.job.Cluster, r.job.Commit); r.attempt > 1 && ok && onlyGone(plan.Differences(prev.plan, pl)) {
-		// Every step left was in the plan an earlier attempt was allowed
-		// to run.
+	if prev, ok := a.approvedOf(r.job.Cluster, r.job.Commit); (r.attempt > 1 || r.job.Waits > 0) && ok && onlyGone(plan.Differences(prev.plan, pl)) {
+		// Every step left was in the plan an earlier attempt (or an
+		// earlier run of this one, before it waited) was allowed to run.
 		r.resumed = true
 		r.ran, r.shown, r.hasShown, r.diffs = prev.plan, prev.shown, prev.hasShown, prev.diffs
 		return nil

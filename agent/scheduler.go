@@ -30,6 +30,12 @@ type Job struct {
 	// Attempt counts the tries of the job, from 1; zero means 1. A job
 	// requeued after a transient failure runs again with Attempt one more.
 	Attempt int
+	// Waits counts the runs of the job that stopped on something that
+	// will change on its own and were requeued to run again (see
+	// Requeue.WaitingSince): they count no attempt. WaitingSince is when
+	// the job began waiting, zero for a job that never waited.
+	Waits        int
+	WaitingSince time.Time
 	// NotBefore is when a requeued job runs again; zero for a job that
 	// runs as soon as it can.
 	NotBefore time.Time
@@ -39,12 +45,13 @@ type Job struct {
 // time, independent clusters concurrently up to a bound, and at most one
 // plan per pull request, a newer head cancelling an older one.
 //
-// A job that asks for it (its run function returns a positive duration,
-// after a transient failure) is requeued to run again after that long. A
-// newer mutating job for the same cluster supersedes a requeued one: it
-// runs instead, at once, and covers the requeued job's commits too.
+// A job that asks for it (its run returns a Requeue with a positive
+// After: a transient failure, or a wait on something that will change on
+// its own) is requeued to run again after that long. A newer mutating job
+// for the same cluster supersedes a requeued one: it runs instead, at
+// once, and covers the requeued job's commits too.
 type Scheduler struct {
-	run func(ctx context.Context, j Job) time.Duration
+	run func(ctx context.Context, j Job) Requeue
 	sem chan struct{}
 
 	mu       sync.Mutex
@@ -72,11 +79,32 @@ type retryWait struct {
 	timer *time.Timer
 }
 
+// Requeue is how a mutating job runs again once its run returned.
+type Requeue struct {
+	// After is how long the job waits before it runs again; zero or less:
+	// it does not.
+	After time.Duration
+	// WaitingSince, when set, marks a run that stopped on something that
+	// will change on its own, which the job has waited for since then: its
+	// next run is another wait (Job.Waits one more, Job.WaitingSince
+	// this), not another attempt (Job.Attempt stays). Zero: the next run
+	// is the job's next attempt.
+	WaitingSince time.Time
+}
+
 // NewScheduler returns a scheduler that calls run for every mutating job,
 // with at most concurrency jobs at once. When run returns a positive
-// duration the job is requeued to run again after it (see Scheduler).
-// Jobs stop when ctx ends.
+// duration the job is requeued to run again after it, as its next attempt
+// (see Scheduler). Jobs stop when ctx ends.
 func NewScheduler(ctx context.Context, concurrency int, run func(ctx context.Context, j Job) (retryAfter time.Duration)) *Scheduler {
+	return NewSchedulerRequeue(ctx, concurrency, func(ctx context.Context, j Job) Requeue {
+		return Requeue{After: run(ctx, j)}
+	})
+}
+
+// NewSchedulerRequeue is NewScheduler for a run that says how its job runs
+// again: as its next attempt, or as another wait that counts no attempt.
+func NewSchedulerRequeue(ctx context.Context, concurrency int, run func(ctx context.Context, j Job) Requeue) *Scheduler {
 	return &Scheduler{run: run, sem: make(chan struct{}, max(1, concurrency)), busy: map[string]bool{},
 		pending: map[string]*Job{}, retries: map[string]*retryWait{}, plans: map[int]*planRun{}, base: ctx,
 		quit: make(chan struct{})}
@@ -144,7 +172,7 @@ func (s *Scheduler) start(j Job) {
 		select {
 		case s.sem <- struct{}{}:
 		case <-s.base.Done():
-			s.finish(j, 0)
+			s.finish(j, Requeue{})
 			return
 		}
 		again := s.run(s.base, j)
@@ -155,8 +183,9 @@ func (s *Scheduler) start(j Job) {
 
 // finish ends a mutating job: the next one waiting for the cluster starts,
 // covering j's commits too when j asked to be run again; otherwise j is
-// requeued when it asked to be.
-func (s *Scheduler) finish(j Job, again time.Duration) {
+// requeued when it asked to be, as its next attempt or, after a wait, as
+// the same attempt.
+func (s *Scheduler) finish(j Job, again Requeue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running = slices.DeleteFunc(s.running, func(r Job) bool {
@@ -167,21 +196,25 @@ func (s *Scheduler) finish(j Job, again time.Duration) {
 	}
 	if next := s.pending[j.Cluster]; next != nil && !s.shutdown {
 		delete(s.pending, j.Cluster)
-		if again > 0 {
+		if again.After > 0 {
 			*next = absorb(*next, j)
 		}
 		s.start(*next)
 		return
 	}
 	delete(s.busy, j.Cluster)
-	if again > 0 && !s.shutdown && s.base.Err() == nil {
+	if again.After > 0 && !s.shutdown && s.base.Err() == nil {
 		next := j
-		next.Attempt = max(j.Attempt, 1) + 1
-		next.NotBefore = time.Now().Add(again)
+		if again.WaitingSince.IsZero() {
+			next.Attempt = max(j.Attempt, 1) + 1
+		} else {
+			next.Waits, next.WaitingSince = j.Waits+1, again.WaitingSince
+		}
+		next.NotBefore = time.Now().Add(again.After)
 		r := &retryWait{job: next}
 		s.retries[j.Cluster] = r
 		s.wg.Add(1)
-		r.timer = time.AfterFunc(again, func() { s.fire(r) })
+		r.timer = time.AfterFunc(again.After, func() { s.fire(r) })
 	}
 }
 
@@ -265,7 +298,7 @@ func (s *Scheduler) Plan(pr int, commit string, clusters []string, run func(ctx 
 			delete(s.plans, pr)
 		}
 		s.mu.Unlock()
-		s.finish(j, 0)
+		s.finish(j, Requeue{})
 	}()
 }
 
@@ -291,7 +324,7 @@ func (s *Scheduler) Busy(cluster string) bool {
 }
 
 // Requeued reports whether a mutating job of the cluster waits to be run
-// again after a transient failure.
+// again after a transient failure or a wait.
 func (s *Scheduler) Requeued(cluster string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -299,8 +332,8 @@ func (s *Scheduler) Requeued(cluster string) bool {
 }
 
 // Queue returns the running and waiting jobs, for the status page. The
-// waiting ones include the jobs requeued after a transient failure, with
-// NotBefore set.
+// waiting ones include the jobs requeued after a transient failure or a
+// wait, with NotBefore set.
 func (s *Scheduler) Queue() (running, waiting []Job) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -192,6 +192,59 @@ func TestAJobAskingForARetryRunsAgainWithTheNextAttempt(t *testing.T) {
 	s.Close()
 }
 
+// A job whose run waited on something that will change on its own runs
+// again as the same attempt, one wait more, keeping when it began
+// waiting; a transient failure after that counts an attempt. A newer
+// merge supersedes it and starts afresh.
+func TestAWaitingJobRunsAgainWithoutCountingAnAttempt(t *testing.T) {
+	t.Parallel()
+	since := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	answers := []agent.Requeue{
+		{After: time.Millisecond, WaitingSince: since},
+		{After: time.Millisecond, WaitingSince: since},
+		{After: time.Millisecond}, // transient
+		{After: time.Hour, WaitingSince: since},
+	}
+	ran := make(chan agent.Job, 8)
+	var mu sync.Mutex
+	s := agent.NewSchedulerRequeue(t.Context(), 4, func(_ context.Context, j agent.Job) agent.Requeue {
+		ran <- j
+		mu.Lock()
+		defer mu.Unlock()
+		a := answers[0]
+		answers = answers[1:]
+		return a
+	})
+	defer s.Close()
+	s.Mutate(agent.Job{Kind: agent.KindConverge, Cluster: "c/a", Commit: "m1"})
+	for i, want := range []struct {
+		attempt, waits int
+		since          time.Time
+	}{{1, 0, time.Time{}}, {1, 1, since}, {1, 2, since}, {2, 2, since}} {
+		j := next(t, ran)
+		if max(j.Attempt, 1) != want.attempt || j.Waits != want.waits || !j.WaitingSince.Equal(want.since) {
+			t.Fatalf("run %d: attempt %d, waits %d since %v; want %d, %d since %v", i+1, j.Attempt, j.Waits, j.WaitingSince, want.attempt, want.waits, want.since)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !s.Requeued("c/a") {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting job was not requeued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if _, waiting := s.Queue(); len(waiting) != 1 || waiting[0].Attempt != 2 || waiting[0].Waits != 3 || waiting[0].NotBefore.IsZero() {
+		t.Fatalf("queue %+v; want the job waiting as attempt 2, wait 3, with its time", waiting)
+	}
+	mu.Lock()
+	answers = append(answers, agent.Requeue{})
+	mu.Unlock()
+	s.Mutate(agent.Job{Kind: agent.KindConverge, Cluster: "c/a", Commit: "m2"})
+	if j := next(t, ran); j.Commit != "m2" || max(j.Attempt, 1) != 1 || j.Waits != 0 || !j.WaitingSince.IsZero() || !slices.Equal(j.Covers, []string{"m2", "m1"}) {
+		t.Fatalf("superseding job %+v; want m2 afresh, covering m1", j)
+	}
+}
+
 func TestANewerMergeSupersedesARequeuedJob(t *testing.T) {
 	t.Parallel()
 	f := &flaky{pass: 99, wait: time.Hour, ran: make(chan agent.Job, 8)}

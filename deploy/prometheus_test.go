@@ -43,6 +43,7 @@ const runbookBase = "https://github.com/taloscluster/taloscluster/blob/main/docs
 // The alerts the rules must define, each with its severity.
 var wantAlerts = map[string]string{
 	"TalosclusterConvergeFailing":          "critical",
+	"TalosclusterConvergeWaiting":          "warning",
 	"TalosclusterDefaultBranchPlanFailing": "warning",
 	"TalosclusterDriftPersistent":          "warning",
 	"TalosclusterRepositoryNotFetched":     "warning",
@@ -284,6 +285,8 @@ func sampleMetrics(t *testing.T) []byte {
 	m.SetClusters([]string{"clusters/prod", "clusters/staging"})
 	m.RunStarted(metrics.KindConverge, "clusters/prod")
 	m.RunFinished(metrics.KindConverge, "clusters/prod", metrics.ResultSuccess, 42*time.Second)
+	m.RunStarted(metrics.KindConverge, "clusters/prod")
+	m.RunFinished(metrics.KindConverge, "clusters/prod", metrics.ResultWaiting, 5*time.Second)
 	m.RunStarted(metrics.KindConverge, "clusters/staging")
 	m.RunFinished(metrics.KindConverge, "clusters/staging", metrics.ResultRetried, 3*time.Second)
 	m.RunStarted(metrics.KindPlan, "clusters/staging")

@@ -16,7 +16,8 @@
 //	              first line of the reason
 //	/             the status page built from Options.Status: one section
 //	              per cluster (nodes, updates, drift, the last runs, the
-//	              progress of a converge); it reloads itself, every 5
+//	              progress of a converge, a converge that waits and when
+//	              it runs again); it reloads itself, every 5
 //	              seconds while a converge runs, every 30 otherwise
 //	/plans/{id}   a plan stored by the agent, as HTML (the text inside
 //	              <pre>) or, with ?format=text, as text/plain
@@ -130,6 +131,9 @@ type ClusterStatus struct {
 	// Progress is the mutating run in progress (converge, drift); nil
 	// when none runs.
 	Progress *Progress
+	// Waiting is a converge that stopped on something that will change
+	// on its own and runs again later; nil when none waits.
+	Waiting *Waiting
 	// DriftChecked is when the last drift check ran, whether or not it
 	// could plan; zero before the first.
 	DriftChecked time.Time
@@ -163,6 +167,22 @@ type Progress struct {
 	Text string
 }
 
+// Waiting is a converge (or self-heal) that stopped on something that
+// will change on its own, such as a PodDisruptionBudget that blocks a
+// drain or a node still booting, and is queued to run again: not a
+// failure.
+type Waiting struct {
+	// Kind is converge or drift (a self-heal converge).
+	Kind string
+	// Commit is the full SHA the converge runs.
+	Commit string
+	// Reason says what it waits for: one line, secrets removed.
+	Reason string
+	// Since is when it began waiting; Next when it runs again.
+	Since time.Time
+	Next  time.Time
+}
+
 // Run is one finished run of a cluster.
 type Run struct {
 	// Kind is plan (of a pull request), converge, drift (a drift check)
@@ -174,8 +194,8 @@ type Run struct {
 	// commit (a converge); zero for none.
 	PR int
 	// Result is how the run ended: success, failure, refused, cancelled,
-	// retried; for a drift check no drift, drift or failure; for a check
-	// ok, needs attention, incomplete or failure.
+	// retried, waiting; for a drift check no drift, drift or failure; for
+	// a check ok, needs attention, incomplete or failure.
 	Result string
 	// Detail says more in one line, such as why it failed; may be empty.
 	Detail string
@@ -252,7 +272,9 @@ type RunSummary struct {
 	// Commit is the full SHA the run used; the page shows a short form.
 	Commit string
 	// Result is how the run ended: success, failure, refused, cancelled,
-	// or retried (failed with a transient error and queued again).
+	// retried (failed with a transient error and queued again) or waiting
+	// (stopped on something that will change on its own and queued
+	// again).
 	Result string
 	// Time is when the run finished.
 	Time time.Time
@@ -274,8 +296,11 @@ type QueuedJob struct {
 	// queued again after a transient failure has 2 or more.
 	Attempt int
 	// NotBefore, when set, is when a job queued again after a transient
-	// failure runs.
+	// failure or a wait runs.
 	NotBefore time.Time
+	// Waiting, when set, is what a job queued again after a wait waits
+	// for (one line, secrets removed).
+	Waiting string
 }
 
 // planIDPattern is what a plan id must look like; any other id is 404

@@ -31,13 +31,21 @@ var pages = template.Must(template.New("pages").Funcs(template.FuncMap{
 	},
 	"inc":   func(i int) int { return i + 1 },
 	"since": func(t time.Time) string { return time.Since(t).Round(time.Second).String() },
+	// until says how long until t, "now" once it passed.
+	"until": func(t time.Time) string {
+		d := time.Until(t).Round(time.Second)
+		if d <= 0 {
+			return "now"
+		}
+		return "in " + d.String()
+	},
 	"resultClass": func(result string) string {
 		switch result {
 		case "success", "failure", "refused", "cancelled", "retried", "drift":
 			return result
 		case "no drift", "ok":
 			return "success"
-		case "needs attention", "incomplete":
+		case "needs attention", "incomplete", "waiting":
 			return "retried"
 		}
 		return "other"
@@ -112,13 +120,13 @@ section.cluster { border-top: 2px solid #ccc; margin-top: 2rem; }
 <p class="note">This page reloads itself every {{.Refresh}} seconds{{if .Converging}} while a converge runs (every 30 seconds otherwise){{else}} (every 5 seconds while a converge runs){{end}}.</p>
 <h2>Clusters</h2>
 {{if .Sections}}<ul>
-{{range .Sections}}<li><a href="#cluster-{{.Slug}}"><code>{{.Path}}</code></a>{{if .Elsewhere}} (another replica){{else if .Running}} ({{.Running}} running){{end}}</li>
+{{range .Sections}}<li><a href="#cluster-{{.Slug}}"><code>{{.Path}}</code></a>{{if .Elsewhere}} (another replica){{else if .Running}} ({{.Running}} running){{else if .Waiting}} (waiting){{end}}</li>
 {{end}}</ul>{{else}}<p>No clusters found in the repository yet.</p>{{end}}
 <h2>Queue</h2>
 {{if .Queue}}<table><caption>Jobs waiting, first to run first</caption>
 <thead><tr><th scope="col">#</th><th scope="col">Cluster</th><th scope="col">Kind</th><th scope="col">Commit</th><th scope="col">Queued</th></tr></thead>
 <tbody>
-{{range $i, $j := .Queue}}<tr><td>{{inc $i}}</td><td><code>{{$j.Cluster}}</code></td><td>{{$j.Kind}}{{if gt $j.Attempt 1}} (attempt {{$j.Attempt}}{{if not $j.NotBefore.IsZero}}, not before <time datetime="{{iso $j.NotBefore}}">{{when $j.NotBefore}}</time>{{end}}){{end}}</td><td><code>{{short $j.Commit}}</code></td><td><time datetime="{{iso $j.Queued}}">{{when $j.Queued}}</time></td></tr>
+{{range $i, $j := .Queue}}<tr><td>{{inc $i}}</td><td><code>{{$j.Cluster}}</code></td><td>{{$j.Kind}}{{if $j.Waiting}} (waiting: {{$j.Waiting}}{{if not $j.NotBefore.IsZero}}, not before <time datetime="{{iso $j.NotBefore}}">{{when $j.NotBefore}}</time>{{end}}){{else if gt $j.Attempt 1}} (attempt {{$j.Attempt}}{{if not $j.NotBefore.IsZero}}, not before <time datetime="{{iso $j.NotBefore}}">{{when $j.NotBefore}}</time>{{end}}){{end}}</td><td><code>{{short $j.Commit}}</code></td><td><time datetime="{{iso $j.Queued}}">{{when $j.Queued}}</time></td></tr>
 {{end}}</tbody>
 </table>{{else}}<p>Nothing queued.</p>{{end}}
 <h2>Reports to GitHub</h2>
@@ -134,8 +142,9 @@ section.cluster { border-top: 2px solid #ccc; margin-top: 2rem; }
 {{define "cluster"}}<section class="cluster" id="cluster-{{.Slug}}" aria-labelledby="h-{{.Slug}}">
 <h2 id="h-{{.Slug}}"><code>{{.Path}}</code></h2>
 {{if .Elsewhere}}<p>This cluster is handled by another replica: its plans, converges and checks run there, so this page shows nothing live about it.</p>
-{{else}}<p>{{if .Running}}Running: {{.Running}}.{{else}}Idle.{{end}} Last plan: {{template "run" .LastPlan}}. Last converge: {{template "run" .LastConverge}}.</p>
-{{with .Progress}}<div class="progress" role="status" aria-live="polite">{{if .Steps}}<progress value="{{.Step}}" max="{{.Steps}}">{{.Step}} of {{.Steps}}</progress> {{.Kind}} of <code>{{short .Commit}}</code>: step {{.Step}} of {{.Steps}}: {{.Text}}{{else}}{{.Kind}} of <code>{{short .Commit}}</code>: planning, no step started yet{{end}} (running for {{since .Started}}).</div>
+{{else}}<p>{{if .Running}}Running: {{.Running}}.{{else if .Waiting}}Waiting.{{else}}Idle.{{end}} Last plan: {{template "run" .LastPlan}}. Last converge: {{template "run" .LastConverge}}.</p>
+{{with .Waiting}}<div class="progress waiting" role="status">{{.Kind}} of <code>{{short .Commit}}</code> <span class="retried">waiting: {{.Reason}}</span> (since <time datetime="{{iso .Since}}">{{when .Since}}</time>); it runs again <time datetime="{{iso .Next}}">{{when .Next}}</time> ({{until .Next}}).</div>
+{{end}}{{with .Progress}}<div class="progress" role="status" aria-live="polite">{{if .Steps}}<progress value="{{.Step}}" max="{{.Steps}}">{{.Step}} of {{.Steps}}</progress> {{.Kind}} of <code>{{short .Commit}}</code>: step {{.Step}} of {{.Steps}}: {{.Text}}{{else}}{{.Kind}} of <code>{{short .Commit}}</code>: planning, no step started yet{{end}} (running for {{since .Started}}).</div>
 {{end}}{{template "nodes" .Check}}
 <h3>Updates available</h3>
 {{with .Check}}{{if .Error}}<p class="failure">The last check failed: {{.Error}}</p>

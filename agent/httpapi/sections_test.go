@@ -349,3 +349,30 @@ func TestStatusPageStaysScriptFree(t *testing.T) {
 	lacks(t, "the status page", strings.ToLower(res.body), "<script", "javascript:", "<form", "<iframe", "<link", "<img")
 	checkMarkup(t, res.body)
 }
+
+// A converge that waits shows what it waits for, since when, and when it
+// runs again, in its section, in the list of clusters and in the queue;
+// the reason is escaped like everything else.
+func TestStatusPageShowsAWaitingConverge(t *testing.T) {
+	t.Parallel()
+	next := time.Now().Add(10 * time.Minute)
+	reason := "a PodDisruptionBudget <b>web</b> blocks draining w1"
+	body := statusBody(t, httpapi.StatusPage{Generated: when,
+		Queue: []httpapi.QueuedJob{{Cluster: "clusters/prod-a", Kind: "converge", Commit: sha, Attempt: 1, NotBefore: next, Waiting: reason}},
+		Clusters: []httpapi.ClusterStatus{{Path: "clusters/prod-a",
+			LastConverge: &httpapi.RunSummary{Commit: sha, Result: "waiting", Time: when},
+			Waiting:      &httpapi.Waiting{Kind: "converge", Commit: sha, Reason: reason, Since: when, Next: next}}}})
+	escaped := "a PodDisruptionBudget &lt;b&gt;web&lt;/b&gt; blocks draining w1"
+	contains(t, "the page", body,
+		`<code>clusters/prod-a</code></a> (waiting)</li>`,
+		"converge (waiting: "+escaped+", not before <time")
+	lacks(t, "the page", body, "<b>web</b>")
+	sec := section(t, body, "clusters-prod-a")
+	contains(t, "the section", sec,
+		"<p>Waiting. Last plan: none. Last converge: <code>"+sha[:7]+`</code> <span class="retried">waiting</span>`,
+		`converge of <code>`+sha[:7]+`</code> <span class="retried">waiting: `+escaped+`</span> (since <time datetime="`+when.UTC().Format(time.RFC3339)+`">`,
+		"; it runs again <time datetime=")
+	if !regexp.MustCompile(`\(in (9m5\ds|10m0s)\)\.</div>`).MatchString(sec) {
+		t.Errorf("the section does not say it runs again in 10 minutes:\n%s", sec)
+	}
+}

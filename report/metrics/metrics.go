@@ -3,7 +3,8 @@
 // whether the last drift check could plan the cluster at all, what the last
 // check found (updates available, patch releases behind, cordoned nodes,
 // whether it finished), Git fetches, GitHub API calls and the rate limit,
-// the queue and the runs in progress. Every name starts with taloscluster_.
+// the queue, the runs in progress and the converges waiting on something
+// that will change on its own. Every name starts with taloscluster_.
 //
 // Label values come only from fixed sets or from the repository's cluster
 // paths, never from free text such as error messages, so nothing secret can
@@ -73,10 +74,15 @@ const (
 	// queued to run again; the last try of a job ends in one of the other
 	// results.
 	ResultRetried Result = "retried"
+	// ResultWaiting is a converge that stopped on something that will
+	// change on its own (a PodDisruptionBudget blocking a drain, a node
+	// still booting) and was queued to run again: not a failure. A run
+	// that waits longer than the agent's bound ends as a failure.
+	ResultWaiting Result = "waiting"
 )
 
 // results lists every result of a run.
-var results = []Result{ResultSuccess, ResultFailure, ResultRefused, ResultCancelled, ResultRetried}
+var results = []Result{ResultSuccess, ResultFailure, ResultRefused, ResultCancelled, ResultRetried, ResultWaiting}
 
 // GitHubOp names a GitHub API call the agent makes.
 type GitHubOp string
@@ -139,6 +145,7 @@ type Metrics struct {
 	driftCheck    *prometheus.GaugeVec
 	running       *prometheus.GaugeVec
 	failing       *prometheus.GaugeVec
+	waiting       *prometheus.GaugeVec
 	leaseHeld     *prometheus.GaugeVec
 	update        *prometheus.GaugeVec
 	behind        *prometheus.GaugeVec
@@ -211,7 +218,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		failing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
 			Name:      "cluster_converge_failing",
-			Help:      "1 when the last converge of a cluster failed or was refused (also while it waits to be retried), 0 after a successful one.",
+			Help:      "1 when the last converge of a cluster failed or was refused (also while it waits to be retried), 0 after a successful one or one that waits on something that will change on its own.",
+		}, []string{"cluster"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "cluster_converge_waiting",
+			Help:      "1 when the last converge of a cluster stopped on something that will change on its own (a PodDisruptionBudget, a node still booting) and waits to run again, 0 after any other result.",
 		}, []string{"cluster"}),
 		leaseHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
@@ -287,7 +299,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
-		m.runs, m.runDuration, m.lastSuccess, m.drift, m.driftCheck, m.running, m.failing, m.leaseHeld,
+		m.runs, m.runDuration, m.lastSuccess, m.drift, m.driftCheck, m.running, m.failing, m.waiting, m.leaseHeld,
 		m.update, m.behind, m.cordoned, m.checkSuccess, m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
 	}
 }
@@ -355,6 +367,7 @@ func (m *Metrics) forget(cluster string) {
 	m.driftCheck.DeletePartialMatch(l)
 	m.running.DeletePartialMatch(l)
 	m.failing.DeletePartialMatch(l)
+	m.waiting.DeletePartialMatch(l)
 	m.leaseHeld.DeletePartialMatch(l)
 	m.dropCheck(l)
 }
@@ -396,7 +409,7 @@ func kindLabel(k Kind) string {
 
 func resultLabel(r Result) string {
 	switch r {
-	case ResultSuccess, ResultFailure, ResultRefused, ResultCancelled, ResultRetried:
+	case ResultSuccess, ResultFailure, ResultRefused, ResultCancelled, ResultRetried, ResultWaiting:
 		return string(r)
 	}
 	return InvalidLabel
@@ -448,6 +461,9 @@ func (m *Metrics) addRunning(cluster, kind string, delta int) {
 
 // RunFinished records the end of a run that RunStarted began: its result
 // and duration, and for a success the time of the cluster's last success.
+// A converge that waits (ResultWaiting) sets the cluster's waiting gauge and
+// clears its failing one; any other converge result clears the waiting
+// gauge.
 func (m *Metrics) RunFinished(kind Kind, cluster string, result Result, d time.Duration) {
 	k, c := kindLabel(kind), m.ClusterLabel(cluster)
 	m.addRunning(c, k, -1)
@@ -458,11 +474,16 @@ func (m *Metrics) RunFinished(kind Kind, cluster string, result Result, d time.D
 	}
 	if kind == KindConverge {
 		switch result {
-		case ResultSuccess:
+		case ResultSuccess, ResultWaiting:
 			m.failing.WithLabelValues(c).Set(0)
 		case ResultFailure, ResultRefused, ResultRetried:
 			m.failing.WithLabelValues(c).Set(1)
 		}
+		waiting := 0.0
+		if result == ResultWaiting {
+			waiting = 1
+		}
+		m.waiting.WithLabelValues(c).Set(waiting)
 	}
 }
 
@@ -479,6 +500,7 @@ func (m *Metrics) LeaseHeld(cluster string, held bool) {
 	m.leaseHeld.WithLabelValues(c).Set(0)
 	l := prometheus.Labels{"cluster": c}
 	m.failing.DeletePartialMatch(l)
+	m.waiting.DeletePartialMatch(l)
 	m.drift.DeletePartialMatch(l)
 	m.driftCheck.DeletePartialMatch(l)
 	m.dropCheck(l)

@@ -124,7 +124,7 @@ func TestNilRegistererLeavesUnregistered(t *testing.T) {
 	}
 }
 
-func TestConvergeFailingAndLeaseHeld(t *testing.T) {
+func TestConvergeFailingWaitingAndLeaseHeld(t *testing.T) {
 	t.Parallel()
 	m, _ := newMetrics(t)
 	failing := func() float64 {
@@ -140,6 +140,26 @@ func TestConvergeFailingAndLeaseHeld(t *testing.T) {
 			t.Fatalf("after a %s converge: failing %v, want %v", step.result, got, step.want)
 		}
 	}
+	// A converge that waits on something that will change on its own is
+	// not failing; the next result of any other kind ends the wait.
+	waiting := func() float64 {
+		return value(m, "taloscluster_cluster_converge_waiting", map[string]string{"cluster": "clusters/a"})
+	}
+	for _, step := range []struct {
+		result           metrics.Result
+		failing, waiting float64
+	}{{metrics.ResultWaiting, 0, 1}, {metrics.ResultWaiting, 0, 1}, {metrics.ResultFailure, 1, 0}, {metrics.ResultWaiting, 0, 1}, {metrics.ResultSuccess, 0, 0}} {
+		m.RunStarted(metrics.KindConverge, "clusters/a")
+		m.RunFinished(metrics.KindConverge, "clusters/a", step.result, time.Second)
+		if f, w := failing(), waiting(); f != step.failing || w != step.waiting {
+			t.Fatalf("after a %s converge: failing %v, waiting %v; want %v, %v", step.result, f, w, step.failing, step.waiting)
+		}
+	}
+	if got := value(m, "taloscluster_runs_total", map[string]string{"kind": "converge", "result": "waiting"}); got != 3 {
+		t.Fatalf("waiting converges counted %v, want 3", got)
+	}
+	m.RunStarted(metrics.KindConverge, "clusters/a")
+	m.RunFinished(metrics.KindConverge, "clusters/a", metrics.ResultWaiting, time.Second)
 	m.LeaseHeld("clusters/a", true)
 	if got := value(m, "taloscluster_cluster_lease_held", map[string]string{"cluster": "clusters/a"}); got != 1 {
 		t.Fatalf("lease held %v, want 1", got)
@@ -149,9 +169,11 @@ func TestConvergeFailingAndLeaseHeld(t *testing.T) {
 	m.LeaseHeld("clusters/a", false)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(m)
-	n, err := testutil.GatherAndCount(reg, "taloscluster_cluster_converge_failing")
-	if err != nil || n != 0 {
-		t.Fatalf("converge_failing series after the Lease went elsewhere: %d, %v; want none", n, err)
+	for _, name := range []string{"taloscluster_cluster_converge_failing", "taloscluster_cluster_converge_waiting"} {
+		n, err := testutil.GatherAndCount(reg, name)
+		if err != nil || n != 0 {
+			t.Fatalf("%s series after the Lease went elsewhere: %d, %v; want none", name, n, err)
+		}
 	}
 }
 
@@ -209,21 +231,25 @@ taloscluster_runs_total{kind="converge",result="failure"} 0
 taloscluster_runs_total{kind="converge",result="refused"} 0
 taloscluster_runs_total{kind="converge",result="retried"} 1
 taloscluster_runs_total{kind="converge",result="success"} 1
+taloscluster_runs_total{kind="converge",result="waiting"} 0
 taloscluster_runs_total{kind="destroy",result="cancelled"} 0
 taloscluster_runs_total{kind="destroy",result="failure"} 0
 taloscluster_runs_total{kind="destroy",result="refused"} 0
 taloscluster_runs_total{kind="destroy",result="retried"} 0
 taloscluster_runs_total{kind="destroy",result="success"} 0
+taloscluster_runs_total{kind="destroy",result="waiting"} 0
 taloscluster_runs_total{kind="drift",result="cancelled"} 0
 taloscluster_runs_total{kind="drift",result="failure"} 0
 taloscluster_runs_total{kind="drift",result="refused"} 0
 taloscluster_runs_total{kind="drift",result="retried"} 0
 taloscluster_runs_total{kind="drift",result="success"} 0
+taloscluster_runs_total{kind="drift",result="waiting"} 0
 taloscluster_runs_total{kind="plan",result="cancelled"} 1
 taloscluster_runs_total{kind="plan",result="failure"} 1
 taloscluster_runs_total{kind="plan",result="refused"} 1
 taloscluster_runs_total{kind="plan",result="retried"} 0
 taloscluster_runs_total{kind="plan",result="success"} 0
+taloscluster_runs_total{kind="plan",result="waiting"} 0
 `
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
 		"taloscluster_runs_total", "taloscluster_cluster_running", "taloscluster_cluster_last_success_timestamp_seconds"); err != nil {
