@@ -47,6 +47,11 @@ type Config struct {
 	MaxClustersPerPR int `yaml:"max_clusters_per_pr"`
 	// DriftInterval is how often the default branch is planned again.
 	DriftInterval Duration `yaml:"drift_interval"`
+	// DrainTimeout bounds the drain of a node that a converge removes:
+	// still held up by PodDisruptionBudgets after it, the converge waits
+	// (a pending status) and runs again later. Zero means the engine's
+	// default, 330s.
+	DrainTimeout Duration `yaml:"drain_timeout"`
 	// SelfHeal converges drift found by the drift check.
 	SelfHeal bool `yaml:"self_heal"`
 	// RequireReviewedPlan makes the converge of a merge run only the plan
@@ -315,6 +320,9 @@ func (c *Config) validate() error {
 		if d.D() < least {
 			errs = append(errs, fmt.Errorf("%s %s is below the minimum of %s (%s)", key, d.D(), least, why))
 		}
+	}
+	if c.DrainTimeout != 0 {
+		least("drain_timeout", c.DrainTimeout, time.Second, "a drain needs time for evictions to be retried")
 	}
 	least("repository.poll_interval", c.Repository.PollInterval, MinPollInterval,
 		"every poll fetches the repository and lists the pull requests")

@@ -182,7 +182,7 @@ func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (_ *ag
 	if err != nil {
 		return nil, nil, err
 	}
-	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact}
+	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact, drainTimeout: cfg.DrainTimeout.D()}
 	deps := agent.Deps{Repo: repo, Forge: forge, Runner: runner,
 		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports, Release: release}
 	if fleet != nil {
@@ -341,6 +341,8 @@ type agentRunner struct {
 	// the agent's secrets from its reports.
 	releases check.Source
 	redact   *report.Redactor
+	// drainTimeout is agent.yaml's drain_timeout (zero: the engine's).
+	drainTimeout time.Duration
 }
 
 func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*reconcile.Engine, error) {
@@ -368,7 +370,7 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 	default:
 		return nil, fmt.Errorf("the %s provider is not implemented yet", c.Provider)
 	}
-	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log}, nil
+	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log, DrainTimeout: r.drainTimeout}, nil
 }
 
 func (r *agentRunner) Plan(ctx context.Context, cluster string, files fs.FS) (*plan.Plan, error) {

@@ -3,6 +3,13 @@ package main
 import (
 	"strings"
 	"testing"
+
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	labkube "github.com/taloscluster/taloscluster/lab/kube"
 )
 
 // TestScenarioAgentScaleDownPullRequest: a pull request that lowers a pool's
@@ -57,5 +64,68 @@ func TestScenarioAgentScaleDownPullRequest(t *testing.T) {
 	}
 	if n := len(w.lab.PVE.VMs()); n != 4 {
 		t.Fatalf("%d VMs after the merge, want 4", n)
+	}
+}
+
+// TestScenarioAgentWaitsOnABudget: a merge whose drain a
+// PodDisruptionBudget blocks is pending with the reason, not failed, and
+// nothing was reset or deleted.
+func TestScenarioAgentWaitsOnABudget(t *testing.T) {
+	t.Parallel()
+	w := newAgentWorld(t, "127.80.0.0/24")
+	two := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
+	main, err := w.repo.Commit("main", map[string]string{"clusters/demo/cluster.yaml": two}, "two workers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pollUntil(t, "the first converge", func() bool {
+		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
+	})
+	k, ok := w.lab.Kube("demo")
+	if !ok {
+		t.Fatal("no Kubernetes API")
+	}
+	if _, err := k.AddPod(labkube.Pod{Node: "demo-worker-02", Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := k.AdminConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(t.Context(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	shrink, err := w.repo.Commit("main", map[string]string{"clusters/demo/cluster.yaml": w.cluster}, "one worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var desc string
+	w.pollUntil(t, "a pending status that names the budget", func() bool {
+		for _, s := range w.repo.Statuses(shrink) {
+			if s.Context == "taloscluster/converge: clusters/demo" && s.State == "pending" && strings.Contains(s.Description, "PodDisruptionBudget") {
+				desc = s.Description
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.HasPrefix(desc, "waiting: ") {
+		t.Errorf("pending status %q, want it to start with \"waiting: \"", desc)
+	}
+	if st := w.status(shrink, "taloscluster/converge: clusters/demo"); st == "failure" {
+		t.Fatal("a converge waiting on a budget was reported as failed")
+	}
+	for _, e := range w.lab.Log() {
+		if e.Source == "talos" && e.Op == "Reset" || e.Source == "proxmox" && e.Op == "qemu.delete" {
+			t.Fatal("a converge waiting on a drain reset or deleted a machine")
+		}
 	}
 }

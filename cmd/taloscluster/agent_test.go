@@ -85,6 +85,7 @@ func newAgentWorld(t *testing.T, net string) *agentWorld {
 			CAFile: filepath.Join(dir, "ca.pem"), MutationSpacing: agent.Duration(time.Millisecond)},
 		SecretsDir: filepath.Join(dir, "secrets"), DataDir: filepath.Join(dir, "data"),
 		Concurrency: 4, DriftInterval: agent.Duration(time.Hour), PublicURL: "http://agent.example",
+		DrainTimeout: agent.Duration(2 * time.Second),
 		State: agent.State{Backend: "dir"}, Listen: "127.0.0.1:0",
 	}
 	cfg.Defaults()
