@@ -86,7 +86,7 @@ func newAgentWorld(t *testing.T, net string) *agentWorld {
 		SecretsDir: filepath.Join(dir, "secrets"), DataDir: filepath.Join(dir, "data"),
 		Concurrency: 4, DriftInterval: agent.Duration(time.Hour), PublicURL: "http://agent.example",
 		DrainTimeout: agent.Duration(2 * time.Second),
-		State: agent.State{Backend: "dir"}, Listen: "127.0.0.1:0",
+		State:        agent.State{Backend: "dir"}, Listen: "127.0.0.1:0",
 	}
 	cfg.Defaults()
 	logs := &syncBuffer{}
