@@ -105,8 +105,16 @@ type Lab struct {
 
 	// PVEURL and FactoryURL are the HTTPS origins of the emulators.
 	PVEURL, FactoryURL string
-	// TokenID and TokenSecret authenticate to the Proxmox API.
+	// TokenID and TokenSecret authenticate to the Proxmox API with every
+	// privilege.
 	TokenID, TokenSecret string
+	// RestrictedTokenID and RestrictedTokenSecret authenticate with the
+	// restricted token (pve.RestrictedToken): it reads everything a plan
+	// reads and powers VMs, but holds no allocation or configuration
+	// privilege (no VM.Allocate, VM.Config.Disk/CPU/Memory/Network/
+	// HWType/Options, Datastore.Allocate/AllocateSpace/AllocateTemplate,
+	// Pool.Allocate, SDN.Use) on any path; see pve.RestrictedACLs.
+	RestrictedTokenID, RestrictedTokenSecret string
 
 	servers []*http.Server
 
@@ -149,7 +157,8 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		return nil, err
 	}
 	l := &Lab{opts: o, log: o.Logger, CA: ca, kubes: map[string]*kube.Server{}, leases: map[string]netip.Addr{}, vmAddr: map[int]netip.Addr{}, vmNode: map[int]netip.Addr{},
-		TokenID: pve.DefaultTokenID, TokenSecret: pve.DefaultTokenSecret}
+		TokenID: pve.DefaultTokenID, TokenSecret: pve.DefaultTokenSecret,
+		RestrictedTokenID: pve.RestrictedTokenID, RestrictedTokenSecret: pve.RestrictedTokenSecret}
 	l.Talos = talos.NewWorld(talos.Options{
 		BootDelay: o.BootDelay, InstallDelay: o.InstallDelay, RebootDelay: o.RebootDelay,
 		Hooks: (*talosHooks)(l), Logger: o.Logger,
@@ -165,6 +174,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	slices.Sort(bridges)
 	l.PVE = pve.New(pve.Options{
 		Nodes: o.Nodes, TokenID: l.TokenID, TokenSecret: l.TokenSecret, TaskDuration: o.TaskDuration, StatsInterval: o.statsInterval(),
+		Tokens: []pve.Token{pve.RestrictedToken()}, ACLs: pve.RestrictedACLs(),
 		Machines: (*machineHooks)(l), Bridges: bridges, DatacenterFirewall: true, Logger: o.Logger,
 		// download-url fetches from the lab's Image Factory, whose
 		// certificate the lab's CA signs.

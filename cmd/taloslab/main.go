@@ -9,6 +9,24 @@
 // credential), DIR/agent.yaml and DIR/examples/<name>/ cluster directories
 // that point at the lab, then serves until interrupted.
 //
+// lab.env exports two Proxmox API tokens. PROXMOX_TOKEN_ID and
+// PROXMOX_TOKEN_SECRET (root@pam!taloslab, what the examples use) hold
+// every privilege. PROXMOX_RESTRICTED_TOKEN_ID and
+// PROXMOX_RESTRICTED_TOKEN_SECRET are taloslab@pve!restricted, a
+// privilege-separated token whose user holds PVEAdmin on / and which itself
+// holds PVEAuditor on / and PVEVMUser on /vms (all propagated): on every
+// path it holds Sys.Audit, Datastore.Audit, Pool.Audit, SDN.Audit,
+// Mapping.Audit, VM.Audit and VM.GuestAgent.Audit, so plan works with it;
+// on /vms and below also VM.PowerMgmt, VM.Console, VM.Backup,
+// VM.Config.CDROM, VM.Config.Cloudinit and VM.GuestAgent.FileRead/
+// FileWrite/FileSystemMgmt. It lacks, on every path, VM.Allocate, VM.Clone,
+// VM.Config.Disk/CPU/Memory/Network/HWType/Options, VM.Migrate,
+// VM.Snapshot, Datastore.Allocate/AllocateSpace/AllocateTemplate,
+// Pool.Allocate, SDN.Use and every Sys.* privilege but Sys.Audit: a
+// converge that creates anything, or a destroy, is refused with it before
+// the first change, naming what is missing. Use it in a cluster's
+// secrets.yaml (proxmox.token_id, proxmox.token_secret).
+//
 // The lab's three Proxmox bridges, vmbr0 (examples/proxmox), vmbr1 (the
 // GitOps cluster in the forge) and vmbr2 (examples/proxmox-legacy), each
 // get a /24 network inside 127.0.0.0/8: nodes lease hosts .100 and up (Talos API on port 50000), a cluster's API
@@ -213,6 +231,13 @@ func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL strin
 export PROXMOX_URL=%q
 export PROXMOX_TOKEN_ID=%q
 export PROXMOX_TOKEN_SECRET=%q
+# A restricted token: it reads everything a plan reads and powers VMs, but
+# lacks every allocation and configuration privilege (VM.Allocate,
+# VM.Config.Disk/CPU/Memory/Network/HWType/Options, Datastore.Allocate/
+# AllocateSpace/AllocateTemplate, Pool.Allocate, SDN.Use, Sys.Modify) on
+# every path, so converge and destroy with it are refused before any change.
+export PROXMOX_RESTRICTED_TOKEN_ID=%q
+export PROXMOX_RESTRICTED_TOKEN_SECRET=%q
 export TALOSLAB_FACTORY_URL=%q
 export TALOSLAB_CONTROL_URL=%q
 export TALOSLAB_CA=%q
@@ -229,7 +254,7 @@ export TALOSLAB_VMBR1_NET=%q
 export TALOSLAB_VMBR2_NET=%q
 # The forge at TALOSLAB_GITHUB_API also serves the releases of %s
 # (latest %s) and %s (latest %s), as GitHub's releases API.
-`, l.PVEURL, l.TokenID, l.TokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
+`, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
 		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
 		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(), nets.nets["vmbr2"].String(),
 		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest)

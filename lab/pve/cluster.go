@@ -8,22 +8,6 @@ import (
 	"time"
 )
 
-// privileges are the privileges Proxmox VE 9 knows; the lab token has all of
-// them everywhere.
-var privileges = []string{
-	"Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit",
-	"Group.Allocate", "Mapping.Audit", "Mapping.Modify", "Mapping.Use", "Permissions.Modify",
-	"Pool.Allocate", "Pool.Audit", "Realm.Allocate", "Realm.AllocateUser",
-	"SDN.Allocate", "SDN.Audit", "SDN.Use", "Sys.AccessNetwork", "Sys.Audit", "Sys.Console",
-	"Sys.Incoming", "Sys.Modify", "Sys.PowerMgmt", "Sys.Syslog", "User.Modify",
-	"VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
-	"VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory",
-	"VM.Config.Network", "VM.Config.Options", "VM.Console", "VM.GuestAgent.Audit",
-	"VM.GuestAgent.FileRead", "VM.GuestAgent.FileSystemMgmt", "VM.GuestAgent.FileWrite",
-	"VM.GuestAgent.Unrestricted", "VM.Migrate", "VM.PowerMgmt", "VM.Replicate", "VM.Snapshot",
-	"VM.Snapshot.Rollback",
-}
-
 const nodeMemory = 256 * gib
 
 func (s *Server) routes() {
@@ -34,7 +18,7 @@ func (s *Server) routes() {
 	s.route("GET", "/cluster/status", "cluster.status", s.getClusterStatus)
 	s.route("GET", "/cluster/resources", "cluster.resources", s.listResources)
 	s.route("GET", "/cluster/nextid", "cluster.nextid", s.nextID)
-	s.route("GET", "/access/permissions", "access.permissions", s.permissions)
+	s.route("GET", "/access/permissions", "access.permissions", s.getPermissions)
 	s.route("GET", "/cluster/ha/resources", "ha.resources.list", func(*http.Request) (any, error) { return []any{}, nil })
 	s.route("GET", "/cluster/ha/resources/{sid}", "ha.resources.get", s.getHAResource)
 	s.taskRoutes()
@@ -103,12 +87,26 @@ func (s *Server) nodeEntry(n *node) map[string]any {
 	return m
 }
 
-func (s *Server) listNodes(*http.Request) (any, error) {
+// auditedNodeEntry is a node's entry in /nodes and /cluster/resources:
+// without Sys.Audit on /nodes/<node> its figures are left out
+// (API2Tools::extract_node_stats with $exclude_stats). The caller holds
+// s.mu.
+func (s *Server) auditedNodeEntry(r *http.Request, n *node) map[string]any {
+	m := s.nodeEntry(n)
+	if s.check(caller(r), "/nodes/"+n.name, "Sys.Audit") != nil {
+		for _, k := range []string{"uptime", "cpu", "mem", "disk", "maxcpu", "maxmem", "maxdisk"} {
+			delete(m, k)
+		}
+	}
+	return m
+}
+
+func (s *Server) listNodes(r *http.Request) (any, error) {
 	s.lock()
 	defer s.mu.Unlock()
 	out := []map[string]any{}
 	for _, n := range s.nodes {
-		out = append(out, s.nodeEntry(n))
+		out = append(out, s.auditedNodeEntry(r, n))
 	}
 	return out, nil
 }
@@ -158,6 +156,11 @@ func (s *Server) listNetwork(r *http.Request) (any, error) {
 	out := []map[string]any{}
 	for i, b := range s.opts.Bridges {
 		if typ != "" && typ != "bridge" && typ != "any_bridge" {
+			continue
+		}
+		// Network.pm index: a bridge is listed only to who may audit or
+		// use it (check_sdn_bridge on the localnetwork zone).
+		if !s.canUseBridge(caller(r), b, "SDN.Audit", "SDN.Use") {
 			continue
 		}
 		out = append(out, map[string]any{
@@ -245,22 +248,37 @@ func (s *Server) listResources(r *http.Request) (any, error) {
 	}
 	s.lock()
 	defer s.mu.Unlock()
+	authid := caller(r)
 	out := []map[string]any{}
+	// Cluster.pm resources: a VM is listed with VM.Audit on /vms/<id>,
+	// its pool only with Pool.Audit on the pool; a node always, its
+	// figures with Sys.Audit; a storage with Datastore.Audit; a pool with
+	// Pool.Audit.
 	if typ == "" || typ == "vm" {
 		s.broadcastStats()
 		for _, id := range s.sortedVMIDs() {
-			out = append(out, s.vmResource(s.vms[id]))
+			if s.check(authid, "/vms/"+strconv.Itoa(id), "VM.Audit") != nil {
+				continue
+			}
+			m := s.vmResource(s.vms[id])
+			if pool, ok := m["pool"].(string); ok && s.check(authid, "/pool/"+pool, "Pool.Audit") != nil {
+				delete(m, "pool")
+			}
+			out = append(out, m)
 		}
 	}
 	if typ == "" || typ == "node" {
 		for _, n := range s.nodes {
-			out = append(out, s.nodeEntry(n))
+			out = append(out, s.auditedNodeEntry(r, n))
 		}
 	}
 	if typ == "" || typ == "storage" {
-		for _, n := range s.nodes {
-			for i := range s.storages {
-				st := &s.storages[i]
+		for i := range s.storages {
+			st := &s.storages[i]
+			if s.check(authid, "/storage/"+st.Name, "Datastore.Audit") != nil {
+				continue
+			}
+			for _, n := range s.nodes {
 				if st.onNode(n.name) {
 					out = append(out, s.storageResource(st, n.name))
 				}
@@ -269,6 +287,9 @@ func (s *Server) listResources(r *http.Request) (any, error) {
 	}
 	if typ == "" {
 		for _, name := range s.poolOrder {
+			if s.check(authid, "/pool/"+name, "Pool.Audit") != nil {
+				continue
+			}
 			out = append(out, map[string]any{"id": "/pool/" + name, "type": "pool", "pool": name})
 		}
 	}
@@ -297,44 +318,6 @@ func (s *Server) nextID(r *http.Request) (any, error) {
 			return strconv.Itoa(id), nil
 		}
 	}
-}
-
-func (s *Server) permissions(r *http.Request) (any, error) {
-	q, err := form(r)
-	if err != nil {
-		return nil, err
-	}
-	s.lock()
-	defer s.mu.Unlock()
-	all := map[string]any{}
-	for _, p := range privileges {
-		all[p] = 1
-	}
-	paths := []string{"/", "/access", "/mapping", "/nodes", "/pool", "/sdn", "/storage", "/vms"}
-	for _, n := range s.nodes {
-		paths = append(paths, "/nodes/"+n.name)
-	}
-	for _, st := range s.storages {
-		paths = append(paths, "/storage/"+st.Name)
-	}
-	for _, name := range s.poolOrder {
-		paths = append(paths, "/pool/"+name)
-	}
-	for _, id := range s.sortedVMIDs() {
-		paths = append(paths, "/vms/"+strconv.Itoa(id))
-	}
-	out := map[string]any{}
-	want := q.Get("path")
-	for _, p := range paths {
-		if want != "" && p != want {
-			continue
-		}
-		out[p] = all
-	}
-	if want != "" && len(out) == 0 {
-		out[want] = all
-	}
-	return out, nil
 }
 
 func (s *Server) getHAResource(r *http.Request) (any, error) {

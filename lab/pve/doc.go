@@ -14,6 +14,14 @@
 // writes a locked placeholder configuration before forking, and refuses
 // configuration changes with "VM is locked (create)" until its task ends.
 //
+// Requests are authorized as Proxmox VE 9 authorizes them: API tokens
+// (privilege-separated or not), users, groups, roles and ACL entries with
+// propagation, resource pools lending their roles to their members; each
+// method's schema check and the checks its code makes answer 403
+// "Permission check failed (<path>, <privilege>)", lists leave out what the
+// caller may not audit, and GET /access/permissions reports a token's
+// privileges. The primary token holds every privilege.
+//
 // The emulator keeps its state in memory behind one mutex. Every request is
 // recorded in an operation log, and every operation can be made to fail,
 // hang, slow down, or end its task with warnings, so tests can assert how a

@@ -79,6 +79,12 @@ func (s *Server) listPools(r *http.Request) (any, error) {
 		if id != "" && name != id {
 			continue
 		}
+		// Pool.pm index: without poolid, only pools with Pool.Audit; with
+		// poolid the check's answer is not used (check(..., 1) whose
+		// result is ignored), so any caller gets the pool.
+		if id == "" && s.check(caller(r), "/pool/"+name, "Pool.Audit") != nil {
+			continue
+		}
 		p := s.pools[name]
 		m := map[string]any{"poolid": p.name}
 		if p.comment != "" {
@@ -139,7 +145,7 @@ func (s *Server) updatePool(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nil, s.applyPoolUpdate(r.PathValue("pool"), q)
+	return nil, s.applyPoolUpdate(caller(r), r.PathValue("pool"), q)
 }
 
 func (s *Server) updatePoolByParam(r *http.Request) (any, error) {
@@ -150,14 +156,14 @@ func (s *Server) updatePoolByParam(r *http.Request) (any, error) {
 	if q.Get("poolid") == "" {
 		return nil, paramErr("poolid", "property is missing and it is not optional")
 	}
-	return nil, s.applyPoolUpdate(q.Get("poolid"), q)
+	return nil, s.applyPoolUpdate(caller(r), q.Get("poolid"), q)
 }
 
 func splitList(v string) []string {
 	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ';' || r == ' ' })
 }
 
-func (s *Server) applyPoolUpdate(name string, q url.Values) error {
+func (s *Server) applyPoolUpdate(authid, name string, q url.Values) error {
 	s.lock()
 	defer s.mu.Unlock()
 	p, ok := s.pools[name]
@@ -178,9 +184,18 @@ func (s *Server) applyPoolUpdate(name string, q url.Values) error {
 	storages := splitList(q.Get("storage"))
 
 	// Check everything first: Proxmox VE changes nothing when one member
-	// is refused.
+	// is refused. Adding or removing a member needs check_perm_modify on
+	// it, moving a VM from another pool Pool.Allocate there.
 	for _, id := range ids {
+		if err := s.checkPermModify(authid, "/vms/"+strconv.Itoa(id)); err != nil {
+			return err
+		}
 		g, ok := s.vms[id]
+		if ok && !remove && g.pool != "" && g.pool != name && allowMove {
+			if err := s.check(authid, "/pool/"+g.pool, "Pool.Allocate"); err != nil {
+				return err
+			}
+		}
 		if !ok {
 			if remove {
 				continue
@@ -192,6 +207,9 @@ func (s *Server) applyPoolUpdate(name string, q url.Values) error {
 		}
 	}
 	for _, st := range storages {
+		if err := s.checkPermModify(authid, "/storage/"+st); err != nil {
+			return err
+		}
 		if s.findStorage(st) == nil {
 			return errorf("update pools failed: no such storage '%s'", st)
 		}

@@ -369,6 +369,10 @@ func (s *Server) listVMs(r *http.Request) (any, error) {
 		if g.node != nodeName {
 			continue
 		}
+		// vmlist: only VMs with VM.Audit.
+		if s.check(caller(r), "/vms/"+strconv.Itoa(id), "VM.Audit") != nil {
+			continue
+		}
 		m := g.resource()
 		for _, k := range []string{"id", "type", "node", "pool", "template"} {
 			delete(m, k)
@@ -827,6 +831,7 @@ func (s *Server) createVM(r *http.Request) (any, error) {
 	if q.Get("archive") != "" {
 		return nil, &apiError{status: http.StatusNotImplemented, msg: "restoring a VM is not implemented by the emulator"}
 	}
+	start, _ := normalizeBool(q.Get("start"))
 
 	s.lock()
 	defer s.mu.Unlock()
@@ -837,8 +842,13 @@ func (s *Server) createVM(r *http.Request) (any, error) {
 	poolName := q.Get("pool")
 	if poolName != "" {
 		if _, ok := s.pools[poolName]; !ok {
-			return nil, errorf("pool '%s' does not exist", poolName)
+			// check_pool_exist raises a permission exception.
+			return nil, permError(fmt.Sprintf("pool '%s' does not exist", poolName))
 		}
+	}
+	authid := caller(r)
+	if err := s.createPerms(authid, vmid, poolName, q.Get("storage"), start == "1", changes); err != nil {
+		return nil, err
 	}
 	if err := s.precheck(nodeName, changes); err != nil {
 		return nil, err
@@ -849,7 +859,6 @@ func (s *Server) createVM(r *http.Request) (any, error) {
 	g := newVM(vmid, nodeName)
 	g.conf["lock"] = "create"
 	s.vms[vmid] = g
-	start, _ := normalizeBool(q.Get("start"))
 
 	t := s.newTask(r, nodeName, "qmcreate", strconv.Itoa(vmid))
 	t.abort = func() { s.dropPlaceholder(g) }
@@ -874,6 +883,13 @@ func (s *Server) createVM(r *http.Request) (any, error) {
 			conf["vmgenid"] = uuidFrom(fmt.Sprintf("vmgenid/%s/%d", nodeName, vmid))
 		}
 		conf["meta"] = fmt.Sprintf("creation-qemu=9.2.0,ctime=%d", time.Now().Unix())
+		if _, ok := conf["tags"]; ok {
+			// assert_tag_permissions, on the VM alone (no pool).
+			if err := s.check(authid, "/vms/"+strconv.Itoa(vmid), "VM.Config.Options"); err != nil {
+				s.dropPlaceholder(g)
+				return fmt.Errorf("unable to create VM %d - %s", vmid, err.Error())
+			}
+		}
 		g.conf = conf
 		if _, ok := s.pools[poolName]; ok {
 			g.pool = poolName
@@ -1034,6 +1050,14 @@ func (s *Server) updateConfig(r *http.Request, async bool) (any, error) {
 
 	s.lock()
 	defer s.mu.Unlock()
+	authid := caller(r)
+	vmid, err := s.vmidParam(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.updatePerms(authid, vmid, changes, deletes); err != nil {
+		return nil, err
+	}
 	g, err := s.lookupVM(r)
 	if err != nil {
 		return nil, err
@@ -1045,6 +1069,9 @@ func (s *Server) updateConfig(r *http.Request, async bool) (any, error) {
 		return nil, err
 	}
 	apply := func(g *vm) error {
+		if err := s.updateWorkerPerms(authid, g, changes, deletes); err != nil {
+			return err
+		}
 		resolved, err := s.resolveChanges(g, changes)
 		if err != nil {
 			return err
@@ -1064,7 +1091,7 @@ func (s *Server) updateConfig(r *http.Request, async bool) (any, error) {
 	if !async {
 		return nil, apply(g)
 	}
-	nodeName, vmid := g.node, g.id
+	nodeName := g.node
 	t := s.newTask(r, nodeName, "qmconfig", strconv.Itoa(vmid))
 	t.work = func(t *task) error {
 		g, err := s.taskVM(nodeName, vmid)
@@ -1130,6 +1157,7 @@ func (s *Server) resize(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	authid := caller(r)
 	t := s.newTask(r, nodeName, "resize", strconv.Itoa(vmid))
 	t.work = func(t *task) error {
 		g, err := s.taskVM(nodeName, vmid)
@@ -1147,8 +1175,11 @@ func (s *Server) resize(r *http.Request) (any, error) {
 		if p.kv["media"] == "cdrom" {
 			return fmt.Errorf("you can't resize a cdrom")
 		}
-		v, _, err := s.lookupVolume(g.node, p.head)
+		v, st, err := s.lookupVolume(g.node, p.head)
 		if err != nil {
+			return err
+		}
+		if err := s.check(authid, "/storage/"+st.Name, "Datastore.AllocateSpace"); err != nil {
 			return err
 		}
 		newSize := n
@@ -1381,6 +1412,7 @@ func (s *Server) deleteVM(r *http.Request) (any, error) {
 			}
 		}
 		delete(s.vms, g.id)
+		s.access.removeVMACLs(g.id) // remove_vm_access
 		s.hooks.push(hookEvent{vmid: g.id, deleted: true})
 		t.logf("destroyed VM %d", g.id)
 		return nil

@@ -35,9 +35,23 @@ const apiPrefix = "/api2/json"
 type Options struct {
 	// Nodes are the cluster's node names; empty means pve1, pve2, pve3.
 	Nodes []string
-	// TokenID (user@realm!name) and TokenSecret are the only credentials
-	// accepted; empty values mean DefaultTokenID and DefaultTokenSecret.
+	// TokenID (user@realm!name) and TokenSecret are the primary API token;
+	// empty values mean DefaultTokenID and DefaultTokenSecret. The token is
+	// not privilege-separated, and its user holds every privilege: root@pam
+	// does without an ACL, any other user gets Administrator on /.
 	TokenID, TokenSecret string
+	// Tokens are further API tokens accepted besides the primary one
+	// (RestrictedToken, for example).
+	Tokens []Token
+	// ACLs are the access control list entries of user.cfg (see
+	// RestrictedACLs); Roles are custom roles (name -> privileges) next to
+	// the predefined ones, and Groups the groups (name -> user IDs) ACL
+	// entries may name. Every request is checked against them the way
+	// Proxmox VE 9 checks it: 403 "Permission check failed (<path>,
+	// <privilege>)".
+	ACLs   []ACL
+	Roles  map[string][]string
+	Groups map[string][]string
 	// TaskDuration is how long an asynchronous task stays "running"; its
 	// effect (VM created, configuration changed, VM started or stopped,
 	// disk resized, VM destroyed, volume uploaded or deleted) is applied
@@ -101,9 +115,11 @@ type Op struct {
 
 // Server is the emulated Proxmox VE cluster. It is safe for concurrent use.
 type Server struct {
-	opts     Options
-	tokenID  string
-	secret   string
+	opts    Options
+	tokenID string
+	secret  string
+	// others are the further tokens, with their secrets.
+	others   []Token
 	taskTime time.Duration
 	logger   *slog.Logger
 	mux      *http.ServeMux
@@ -126,6 +142,7 @@ type Server struct {
 	taskSeq   int
 	clusterFW map[string]string
 	faults    faultTable
+	access    *access
 	log       []Op
 }
 
@@ -177,8 +194,11 @@ func New(o Options) *Server {
 		tasks:     map[string]*task{},
 		clusterFW: map[string]string{},
 		faults:    newFaultTable(),
+		access:    newAccess(o, Token{ID: o.TokenID}),
+		others:    append([]Token(nil), o.Tokens...),
 	}
 	s.opts.TokenSecret = "" // kept only in s.secret
+	s.opts.Tokens = nil     // kept only in s.others
 	s.hooks.h = o.Machines
 	for _, n := range o.Nodes {
 		s.nodes = append(s.nodes, &node{name: n, online: true})
@@ -350,37 +370,57 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.notImplemented(sw, r.Method, r.URL.Path)
 		return
 	}
-	if msg, ok := s.authorize(r); !ok {
+	authid, msg, ok := s.authorize(r)
+	if !ok {
 		rec.Name = "auth"
 		writeError(sw, &apiError{status: http.StatusUnauthorized, msg: msg})
 		return
 	}
-	r2 := r.Clone(context.WithValue(r.Context(), ctxKey{}, rec))
+	ctx := context.WithValue(context.WithValue(r.Context(), ctxKey{}, rec), authKey{}, authid)
+	r2 := r.Clone(ctx)
 	r2.URL.Path = apiPrefix + path
 	r2.URL.RawPath = ""
 	s.mux.ServeHTTP(sw, r2)
 }
 
-// authorize checks the API token. The message never contains the secret.
-func (s *Server) authorize(r *http.Request) (string, bool) {
+// authorize checks the API token and returns its ID, which the
+// permission checks use. The message never contains the secret.
+func (s *Server) authorize(r *http.Request) (string, string, bool) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return "No ticket", false
+		return "", "No ticket", false
 	}
 	v, ok := strings.CutPrefix(h, "PVEAPIToken=")
 	if !ok {
-		return "No ticket", false
+		return "", "No ticket", false
 	}
 	id, secret, ok := strings.Cut(v, "=")
 	if !ok {
-		return "invalid token value!", false
+		return "", "invalid token value!", false
 	}
-	idOK := subtle.ConstantTimeCompare([]byte(id), []byte(s.tokenID)) == 1
-	secretOK := subtle.ConstantTimeCompare([]byte(secret), []byte(s.secret)) == 1
-	if !idOK || !secretOK {
-		return "invalid token value!", false
+	match := func(tokenID, tokenSecret string) bool {
+		idOK := subtle.ConstantTimeCompare([]byte(id), []byte(tokenID)) == 1
+		secretOK := subtle.ConstantTimeCompare([]byte(secret), []byte(tokenSecret)) == 1
+		return idOK && secretOK
 	}
-	return "", true
+	if match(s.tokenID, s.secret) {
+		return s.tokenID, "", true
+	}
+	for _, t := range s.others {
+		if match(t.ID, t.Secret) {
+			return t.ID, "", true
+		}
+	}
+	return "", "invalid token value!", false
+}
+
+// authKey is the context key of the ID of the token a request carries.
+type authKey struct{}
+
+// caller returns the ID of the token the request was authorized with.
+func caller(r *http.Request) string {
+	id, _ := r.Context().Value(authKey{}).(string)
+	return id
 }
 
 // handlerFunc is an API handler: it returns the value of "data" or an error.
@@ -397,7 +437,11 @@ func (s *Server) route(method, path, op string, h handlerFunc) {
 		if !handle {
 			return
 		}
-		data, err := h(r)
+		var data any
+		err := s.checkAPIPermissions(r, op)
+		if err == nil {
+			data, err = h(r)
+		}
 		if lose {
 			loseReply(w, r, err)
 			return

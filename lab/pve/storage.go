@@ -241,6 +241,10 @@ func (s *Server) listStorageConfig(r *http.Request) (any, error) {
 		if t := q.Get("type"); t != "" && t != st.Type {
 			continue
 		}
+		// Config.pm index: only storages the caller may audit or allocate on.
+		if s.checkAny(caller(r), "/storage/"+st.Name, "Datastore.Audit", "Datastore.AllocateSpace") != nil {
+			continue
+		}
 		out = append(out, s.storageConfig(st))
 	}
 	return out, nil
@@ -288,6 +292,10 @@ func (s *Server) listNodeStorage(r *http.Request) (any, error) {
 	for i := range s.storages {
 		st := &s.storages[i]
 		if !st.onNode(nodeName) {
+			continue
+		}
+		// Status.pm index: only storages the caller may audit or allocate on.
+		if s.checkAny(caller(r), "/storage/"+st.Name, "Datastore.Audit", "Datastore.AllocateSpace") != nil {
 			continue
 		}
 		if v := q.Get("storage"); v != "" && v != st.Name {
@@ -364,6 +372,11 @@ func (s *Server) listContent(r *http.Request) (any, error) {
 		if id := q.Get("vmid"); id != "" && id != strconv.Itoa(v.vmid) {
 			continue
 		}
+		// Content.pm index: a volume the caller may not access is left out
+		// (check_volume_access).
+		if s.checkVolumeAccess(caller(r), v.volid, v.content, v.vmid, 0) != nil {
+			continue
+		}
 		m := map[string]any{
 			"volid":   v.volid,
 			"content": v.content,
@@ -401,6 +414,9 @@ func (s *Server) getContent(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkVolumeAccess(caller(r), v.volid, v.content, v.vmid, 0); err != nil {
+		return nil, err
+	}
 	return map[string]any{"path": volumePath(st, v.volid), "size": v.size, "used": v.size, "format": v.format}, nil
 }
 
@@ -425,8 +441,22 @@ func (s *Server) deleteContent(r *http.Request) (any, error) {
 		return nil, err
 	}
 	id := st.Name
-	if v, _, err := s.lookupVolume(nodeName, volid); err == nil && v.vmid != 0 {
+	v, _, err := s.lookupVolume(nodeName, volid)
+	if err == nil && v.vmid != 0 {
 		id = strconv.Itoa(v.vmid) + "@" + st.Name
+	}
+	// Content.pm delete: Datastore.Allocate on the storage, or for a
+	// VM's backup Datastore.AllocateSpace and VM.Backup on the VM.
+	authid := caller(r)
+	if err == nil && v.content == "backup" && v.vmid != 0 {
+		if err := s.check(authid, "/storage/"+st.Name, "Datastore.AllocateSpace"); err != nil {
+			return nil, err
+		}
+		if err := s.check(authid, "/vms/"+strconv.Itoa(v.vmid), "VM.Backup"); err != nil {
+			return nil, err
+		}
+	} else if err := s.check(authid, "/storage/"+st.Name, "Datastore.Allocate"); err != nil {
+		return nil, err
 	}
 	key := s.volKeyFor(st, nodeName, volid)
 	t := s.newTask(r, nodeName, "imgdel", id)

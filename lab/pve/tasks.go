@@ -69,7 +69,7 @@ func (s *Server) newTask(r *http.Request, node, typ, id string) *task {
 		node:   node,
 		typ:    typ,
 		id:     id,
-		user:   s.tokenID,
+		user:   caller(r),
 		pid:    0x10000 + s.taskSeq,
 		pstart: pstart,
 		start:  now,
@@ -184,14 +184,38 @@ func (s *Server) lookupTask(r *http.Request) (*task, error) {
 		return nil, err
 	}
 	upid := r.PathValue("upid")
+	if !strings.HasPrefix(upid, "UPID:") {
+		return nil, errorf("unable to parse worker upid '%s'", upid)
+	}
 	t, ok := s.tasks[upid]
 	if !ok || t.node != nodeName {
-		if !strings.HasPrefix(upid, "UPID:") {
-			return nil, errorf("unable to parse worker upid '%s'", upid)
-		}
 		return nil, errorf("no such task")
 	}
 	return t, nil
+}
+
+// ownsTask is Tasks.pm's $check_task_user: a token sees its own tasks, a
+// user its own and its tokens'.
+func ownsTask(taskUser, authid string) bool {
+	if user, _, ok := splitToken(taskUser); ok {
+		return authid == taskUser || authid == user
+	}
+	return authid == taskUser
+}
+
+// checkTaskAccess is read_task_log's and read_task_status's check: the
+// task's owner, or Sys.Audit on /nodes/<node>. The user is read from the
+// UPID, before the task is looked up. The caller holds s.mu.
+func (s *Server) checkTaskAccess(r *http.Request) error {
+	upid := r.PathValue("upid")
+	fields := strings.Split(upid, ":")
+	if len(fields) < 9 || fields[0] != "UPID" {
+		return nil // the lookup reports the malformed UPID
+	}
+	if authid := caller(r); !ownsTask(fields[7], authid) {
+		return s.check(authid, "/nodes/"+r.PathValue("node"), "Sys.Audit")
+	}
+	return nil
 }
 
 func (t *task) status() map[string]any {
@@ -233,7 +257,11 @@ const statusWait = 200 * time.Millisecond
 
 func (s *Server) getTaskStatus(r *http.Request) (any, error) {
 	s.lock()
-	t, err := s.lookupTask(r)
+	err := s.checkTaskAccess(r)
+	var t *task
+	if err == nil {
+		t, err = s.lookupTask(r)
+	}
 	var done chan struct{}
 	if err == nil && t.waiting {
 		done = t.done
@@ -263,6 +291,9 @@ func (s *Server) getTaskLog(r *http.Request) (any, error) {
 	}
 	s.lock()
 	defer s.mu.Unlock()
+	if err := s.checkTaskAccess(r); err != nil {
+		return nil, err
+	}
 	t, err := s.lookupTask(r)
 	if err != nil {
 		return nil, err
@@ -304,9 +335,16 @@ func (s *Server) listTasks(r *http.Request) (any, error) {
 	if _, err := s.lookupNode(nodeName); err != nil {
 		return nil, err
 	}
+	// node_tasks: the caller's own tasks, or every task with Sys.Audit on
+	// the node.
+	authid := caller(r)
+	auditor := s.check(authid, "/nodes/"+nodeName, "Sys.Audit") == nil
 	var list []*task
 	for _, t := range s.tasks {
 		if t.node != nodeName {
+			continue
+		}
+		if !auditor && !ownsTask(t.user, authid) {
 			continue
 		}
 		if v := q.Get("vmid"); v != "" && t.id != v {
