@@ -512,3 +512,29 @@ func TestScenarioEtcdGateIgnoresTheAPI(t *testing.T) {
 		t.Errorf("%d etcd members, want all 5 still", n)
 	}
 }
+
+func TestScenarioRestrictedTokenRefusesScaleDown(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "perm", 2)
+	secrets := fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", w.lab.RestrictedTokenID, w.lab.RestrictedTokenSecret)
+	if err := os.WriteFile(filepath.Join(w.dir, "secrets.yaml"), []byte(secrets), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w.set(t, "workers.worker.count", "1")
+	mark := time.Now()
+	err := w.engine(t).Converge(ctx)
+	if err == nil || !strings.Contains(err.Error(), "VM.Allocate on /vms/") || !strings.Contains(err.Error(), w.name+"-worker-02") {
+		t.Fatalf("scale-down with a token that cannot delete VMs: %v, want a refusal naming VM.Allocate, the path and the machine", err)
+	}
+	for _, e := range since(w.lab, mark) {
+		if e.Source == "proxmox" && !strings.HasPrefix(e.Target, "GET ") {
+			t.Errorf("the refused scale-down called %s %s", e.Op, e.Target)
+		}
+		if e.Source == "kubernetes" && !strings.HasPrefix(e.Op, "get ") && !strings.HasPrefix(e.Op, "list ") {
+			t.Errorf("the refused scale-down changed Kubernetes: %s %s", e.Op, e.Target)
+		}
+		if e.Source == "talos" && e.Op == "Reset" {
+			t.Error("the refused scale-down reset a node")
+		}
+	}
+}
