@@ -663,7 +663,8 @@ func (l *Lab) cordonOnce(ctx context.Context, cluster, hostname string) error {
 // with a 60 s grace period, asked again every retry while the eviction is
 // refused with 429, and waited for until they are gone (polled every 0.6
 // retry, for up to 12 retries). Errors other than the list's are only
-// logged, as Talos logs them.
+// logged, as Talos logs them: each pod not evicted is a lab event
+// "drain-warning" of the node.
 func (h *talosHooks) Drain(ctx context.Context, cluster, hostname string, retry time.Duration) error {
 	l := (*Lab)(h)
 	k, ok := l.Kube(cluster)
@@ -691,7 +692,8 @@ func (h *talosHooks) Drain(ctx context.Context, cluster, hostname string, retry 
 		}
 		wg.Go(func() {
 			if err := evictAndWait(ctx, c, pod, retry); err != nil {
-				l.log.Info("drain: failed to evict pod", "node", hostname, "pod", pod.Namespace+"/"+pod.Name, "err", err)
+				// Talos logs "WARNING: failed to evict pod" and goes on.
+				l.event("drain-warning", hostname, fmt.Sprintf("failed to evict pod %s/%s: %v", pod.Namespace, pod.Name, err))
 			}
 		})
 	}

@@ -461,9 +461,18 @@ func (w *World) runReset(n *node, gen uint64, req *machine.ResetRequest, actor s
 	}
 
 	// cleanup: RemoveAllPods (graceful) or StopAllPods stop the kubelet
-	// after its graceful node shutdown.
+	// after its graceful node shutdown, which has run when they return.
 	w.stopKubelet(n)
 	w.step(n, "kubelet-stopped", nil)
+	w.mu.Unlock()
+	w.hooks.flush()
+	w.mu.Lock()
+
+	if w.closed || n.gen != gen {
+		w.mu.Unlock()
+
+		return
+	}
 
 	if n.faults.failReset > 0 {
 		n.faults.failReset--
