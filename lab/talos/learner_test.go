@@ -134,6 +134,12 @@ func TestEtcdLearners(t *testing.T) {
 			t.Errorf("VIP holder %s, want the only voter %s", holder, cp1)
 		}
 
+		//lint:ignore SA1019 the MachineService upgrade checks etcd first
+		_, err = c.Upgrade(t.Context(), "factory.talos.dev/installer/0123456789abcdef:v1.13.9", false, false)
+		if err == nil {
+			t.Error("an upgrade was accepted while etcd has a learner")
+		}
+
 		// One learner at a time: the other control plane waits.
 		if _, ok := memberAt(w.EtcdMembers(tc.name), other); ok {
 			t.Errorf("%s joined while %s is a learner: %+v", other, learner, w.EtcdMembers(tc.name))

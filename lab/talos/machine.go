@@ -988,8 +988,15 @@ func (w *World) validateEtcdForUpgrade(cl *cluster) error {
 	}
 
 	for _, m := range cl.members {
-		if !w.started(cl, m) {
+		switch {
+		case m.name == "":
+			return fmt.Errorf("etcd member %016x is not started, all members must be running to perform an upgrade", m.id)
+		case !w.started(cl, m):
 			return fmt.Errorf("etcd member %016x is not healthy; all members must be healthy to perform an upgrade: context deadline exceeded", m.id)
+		case m.learner:
+			// The health check reads through the member, which a learner
+			// refuses.
+			return fmt.Errorf("etcd member %016x is not healthy; all members must be healthy to perform an upgrade: %w", m.id, errNotSupportedForLearner)
 		}
 	}
 
