@@ -201,9 +201,11 @@ func (w *World) addMember(c *cluster, n *node) {
 
 // addLearner adds n's member as a learner, as Talos's join does
 // (MemberAddAsLearner), after etcd's checks: a leader, no learner already
-// (max-learners 1), and every voting member connected (mayAddMember: a
-// learner needs no quorum check, only the connectivity one). The member
-// has no name until n's etcd starts, EtcdStartDelay later.
+// (max-learners 1), and, with more than one voter, the live voters a
+// quorum of the voters plus the new member (mayAddMember at etcd v3.6.12,
+// Talos 1.13's etcd: a learner skips the started-members check, not the
+// connectivity one). The member has no name until n's etcd starts,
+// EtcdStartDelay later.
 func (w *World) addLearner(c *cluster, n *node) error {
 	if !w.quorum(c) {
 		return errNoLeader
@@ -221,10 +223,10 @@ func (w *World) addLearner(c *cluster, n *node) error {
 		return errTooManyLearners
 	}
 
-	for _, m := range c.members {
-		if !m.learner && !w.started(c, m) {
-			return errUnhealthy
-		}
+	// With more than one voter, the live voters must make a quorum of the
+	// voters plus the new member, which counts as unavailable.
+	if total, active := w.voters(c); total > 1 && active < (total+1)/2+1 {
+		return errUnhealthy
 	}
 
 	w.noteEtcd(c)
