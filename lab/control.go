@@ -129,7 +129,11 @@ func (l *Lab) World() WorldView {
 	for _, c := range l.Talos.Clusters() {
 		cv := ClusterView{Name: c.Name, Bootstrapped: c.Bootstrapped, EtcdMembers: []string{}, KubeNodes: []KubeNodeView{}}
 		for _, m := range c.Members {
-			cv.EtcdMembers = append(cv.EtcdMembers, m.Hostname)
+			name := m.Hostname
+			if m.Learner {
+				name += " (learner)"
+			}
+			cv.EtcdMembers = append(cv.EtcdMembers, name)
 		}
 		if k, ok := l.Kube(c.Name); ok {
 			cv.Kubernetes, cv.KubeAPI = k.Version(), k.URL()
@@ -151,13 +155,20 @@ func (l *Lab) World() WorldView {
 // LogEntry is one operation of any emulator.
 type LogEntry struct {
 	Time   time.Time `json:"time"`
-	Source string    `json:"source"` // proxmox, talos, kubernetes, factory or lab
+	Source string    `json:"source"` // proxmox, talos, kubernetes, factory, etcd or lab
 	Op     string    `json:"op"`
 	Target string    `json:"target,omitempty"`
 	Result string    `json:"result"`
 }
 
-// Log returns every emulator's operations in time order.
+// Log returns every emulator's operations in time order, with the lab's
+// own events (Source "lab"; among them the steps of Talos's sequences:
+// "reset-cordon", "reset-drain", "kubelet-stopped", "etcd-leave", "wipe",
+// with Target the node's hostname and Result "OK" or the step's error) and
+// every change of each cluster's etcd membership and of its members' etcd
+// running (Source "etcd", Op the talos.EtcdSnapshot event, Target
+// "CLUSTER HOSTNAME", Result the membership after it, such as "voters=3
+// started=2 learners=0 [a b c] started [a b]").
 func (l *Lab) Log() []LogEntry {
 	var out []LogEntry
 	for _, op := range l.PVE.Log() {
@@ -188,6 +199,23 @@ func (l *Lab) Log() []LogEntry {
 	}
 	for _, e := range l.Events() {
 		out = append(out, LogEntry{Time: e.Time, Source: "lab", Op: e.What, Target: e.Subject, Result: e.Detail})
+	}
+	for _, st := range l.Talos.Steps() {
+		res := "OK"
+		if st.Err != "" {
+			res = st.Err
+		}
+		out = append(out, LogEntry{Time: st.Time, Source: "lab", Op: st.Step, Target: st.Hostname, Result: res})
+	}
+	for _, c := range l.Talos.Clusters() {
+		key := c.ID
+		if key == "" {
+			key = c.Name
+		}
+		for _, h := range l.Talos.EtcdHistory(key) {
+			out = append(out, LogEntry{Time: h.Time, Source: "etcd", Op: h.Event, Target: c.Name + " " + h.Member,
+				Result: fmt.Sprintf("voters=%d started=%d learners=%d %v started %v", len(h.Voters), len(h.StartedVoters), len(h.Learners), h.Voters, h.StartedVoters)})
+		}
 	}
 	slices.SortStableFunc(out, func(a, b LogEntry) int { return a.Time.Compare(b.Time) })
 	return out
@@ -220,7 +248,13 @@ type Fault struct {
 	//	proxmox-lost-reply     the next N calls of Op take effect (a task
 	//	                       starts), then their connection is reset
 	//	talos-never-boot       the node at Addr never comes up
-	//	talos-reset-fails      the next N resets of Addr fail
+	//	talos-reset-fails      the next N resets of Addr fail after their
+	//	                       cleanup: the Node stays cordoned and
+	//	                       drained, the kubelet stopped, the etcd
+	//	                       member in place, the Talos API up
+	//	talos-stuck-member     the etcd member of Addr cannot be removed
+	//	                       (removals time out), so a graceful reset
+	//	                       fails at its etcd leave
 	//	talos-fail             the next N calls of method Op on Addr fail
 	//	talos-hang             the next N calls of Op on Addr hang until the
 	//	                       client gives up
@@ -341,6 +375,9 @@ func (l *Lab) injectTalos(f Fault) error {
 	case "talos-reset-fails":
 		l.Talos.FailReset(a, f.N)
 		return nil
+	case "talos-stuck-member":
+		l.Talos.StuckEtcdMember(a)
+		return nil
 	}
 	if err := needOp(f, "a Talos API method such as Bootstrap or ApplyConfiguration"); err != nil {
 		return err
@@ -393,5 +430,5 @@ func (l *Lab) injectKube(f Fault) error {
 
 var faultKinds = []string{"proxmox-fail", "proxmox-task-warnings", "proxmox-latency", "proxmox-hang",
 	"proxmox-reset", "proxmox-lost-reply",
-	"talos-never-boot", "talos-reset-fails", "talos-fail", "talos-hang", "talos-reset", "talos-lost-reply",
+	"talos-never-boot", "talos-reset-fails", "talos-stuck-member", "talos-fail", "talos-hang", "talos-reset", "talos-lost-reply",
 	"kube-fail", "kube-hang", "kube-reset", "kube-lost-reply"}

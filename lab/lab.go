@@ -14,6 +14,14 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
 	"github.com/taloscluster/taloscluster/lab/factory"
 	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 	"github.com/taloscluster/taloscluster/lab/kube"
@@ -45,6 +53,19 @@ type Options struct {
 	BootDelay, InstallDelay, RebootDelay time.Duration
 	// ReadyDelay is how long a registered Kubernetes node stays NotReady.
 	ReadyDelay time.Duration
+	// NodeMonitorGracePeriod is how long after a node's kubelet stopped
+	// (power off, VM deleted, reset, reboot) kube-controller-manager's node
+	// lifecycle controller turns its Node's Ready condition Unknown
+	// (NodeStatusUnknown). The real default is
+	// kube.DefaultNodeMonitorGracePeriod (50 s), which taloslab up uses;
+	// zero means DefaultNodeMonitorGracePeriod, short for tests, and a
+	// negative value marks the Node at once. A kubelet Talos stops (reset,
+	// reboot, shutdown, upgrade) first posts its Node NotReady itself.
+	NodeMonitorGracePeriod time.Duration
+	// LearnerPromoteDelay, DrainTimeout and EvictionRetry scale Talos's
+	// promotion of etcd learners and the drain of a graceful reset (see
+	// talos.Options); zero takes the talos package's short defaults.
+	LearnerPromoteDelay, DrainTimeout, EvictionRetry time.Duration
 	// OnFatal, when set, is told when the running lab cannot serve an
 	// address it needs: a node's Talos API (the node stays off after a
 	// second of retries) or a bootstrapped cluster's Kubernetes API at its
@@ -79,6 +100,20 @@ func (l *Lab) fatal(err error) {
 	if l.opts.OnFatal != nil {
 		l.opts.OnFatal(err)
 	}
+}
+
+// DefaultNodeMonitorGracePeriod is Options.NodeMonitorGracePeriod when it
+// is zero: short, so that tests are fast, yet not at once.
+const DefaultNodeMonitorGracePeriod = 500 * time.Millisecond
+
+func (o Options) nodeMonitorGracePeriod() time.Duration {
+	switch {
+	case o.NodeMonitorGracePeriod < 0:
+		return 0
+	case o.NodeMonitorGracePeriod == 0:
+		return DefaultNodeMonitorGracePeriod
+	}
+	return o.NodeMonitorGracePeriod
 }
 
 func (o Options) statsInterval() time.Duration {
@@ -161,6 +196,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		RestrictedTokenID: pve.RestrictedTokenID, RestrictedTokenSecret: pve.RestrictedTokenSecret}
 	l.Talos = talos.NewWorld(talos.Options{
 		BootDelay: o.BootDelay, InstallDelay: o.InstallDelay, RebootDelay: o.RebootDelay,
+		LearnerPromoteDelay: o.LearnerPromoteDelay, DrainTimeout: o.DrainTimeout, EvictionRetry: o.EvictionRetry,
 		Hooks: (*talosHooks)(l), Logger: o.Logger,
 		OnListenError: func(addr netip.Addr, err error) {
 			l.event("api-failed", addr.String(), err.Error())
@@ -450,20 +486,13 @@ type talosHooks Lab
 
 func (h *talosHooks) Bootstrapped(c talos.Cluster) {
 	l := (*Lab)(h)
-	host := c.Endpoint.Hostname()
-	port := c.Endpoint.Port()
-	if port == "" {
-		port = "6443"
-	}
-	addr, err := netip.ParseAddrPort(net.JoinHostPort(host, port))
-	if err != nil && c.VIP.IsValid() {
-		addr = netip.AddrPortFrom(c.VIP, 6443)
-	} else if err != nil {
+	addr, ok := c.APIAddr()
+	if !ok {
 		l.event("kube-failed", c.Name, "endpoint "+c.Endpoint.String()+" is not an address")
 		return
 	}
 	k, err := kube.New(kube.Options{CACert: c.KubernetesCA.Cert, CAKey: c.KubernetesCA.Key, Addr: addr,
-		Version: c.KubernetesVersion, ReadyDelay: l.opts.ReadyDelay, Logger: l.log})
+		Version: c.KubernetesVersion, ReadyDelay: l.opts.ReadyDelay, NodeMonitorGracePeriod: l.opts.nodeMonitorGracePeriod(), Logger: l.log})
 	if err != nil {
 		l.event("kube-failed", c.Name, err.Error())
 		return
@@ -488,6 +517,26 @@ func (h *talosHooks) Bootstrapped(c talos.Cluster) {
 	l.event("bootstrapped", c.Name, "Kubernetes "+c.KubernetesVersion+" API at "+addr.String())
 }
 
+// APIServing opens and closes the cluster's Kubernetes API endpoint as a
+// kube-apiserver comes to be and stops being behind it.
+func (h *talosHooks) APIServing(cluster string, serving bool) {
+	l := (*Lab)(h)
+	k, ok := l.Kube(cluster)
+	if !ok {
+		return
+	}
+	if err := k.SetServing(serving); err != nil {
+		l.event("kube-failed", cluster, err.Error())
+		l.fatal(&ListenError{Addr: k.Addr(), What: "the Kubernetes API of cluster " + cluster, Err: err})
+		return
+	}
+	if serving {
+		l.event("kube-api-up", cluster, k.Addr().String())
+	} else {
+		l.event("kube-api-down", cluster, k.Addr().String()+": no control plane holds the endpoint")
+	}
+}
+
 func (h *talosHooks) NodeJoined(cluster string, n talos.Node) {
 	l := (*Lab)(h)
 	k, ok := l.Kube(cluster)
@@ -501,12 +550,213 @@ func (h *talosHooks) NodeJoined(cluster string, n talos.Node) {
 		_ = k.SetNodeReady(n.Hostname, true)
 	}
 	l.event("node-joined", n.Hostname, cluster)
+	l.uncordonBooted(k, n.Hostname)
 }
 
-func (h *talosHooks) NodeLeft(cluster, hostname string) {
+// uncordonBooted is Talos's NodeApplyController on a booted machine: a
+// Node that Talos cordoned (it carries talos.dev/cordoned) is made
+// schedulable again and loses the annotation; a Node cordoned by anyone
+// else stays cordoned.
+func (l *Lab) uncordonBooted(k *kube.Server, name string) {
+	talosCordoned := false
+	for _, n := range k.Nodes() {
+		if n.Name == name && n.Spec.Unschedulable {
+			_, talosCordoned = n.Annotations[AnnotationCordoned]
+		}
+	}
+	if !talosCordoned {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := nodeClient(k, name)
+	if err == nil {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			node, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if _, ok := node.Annotations[AnnotationCordoned]; !ok || !node.Spec.Unschedulable {
+				return nil
+			}
+			node.Spec.Unschedulable = false
+			delete(node.Annotations, AnnotationCordoned)
+			_, err = c.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+			return err
+		})
+	}
+	if err != nil {
+		l.event("uncordon-failed", name, err.Error())
+		return
+	}
+	l.event("uncordoned", name, "cordoned by Talos")
+}
+
+func (h *talosHooks) NodeLeft(cluster, hostname string, shutdown bool) {
 	l := (*Lab)(h)
 	if k, ok := l.Kube(cluster); ok {
-		_ = k.SetNodeReady(hostname, false)
+		_ = k.StopKubelet(hostname, shutdown)
 	}
-	l.event("node-left", hostname, cluster)
+	detail := cluster + ", power lost"
+	if shutdown {
+		detail = cluster + ", kubelet shut down by Talos"
+	}
+	l.event("node-left", hostname, detail)
+}
+
+// AnnotationCordoned marks a Node that Talos cordoned, and will uncordon
+// when the machine boots (pkg/machinery/constants AnnotationCordonedKey).
+const AnnotationCordoned = "talos.dev/cordoned"
+
+// nodeClient is a client of the cluster's API as the node's kubelet.
+func nodeClient(k *kube.Server, node string) (kubernetes.Interface, error) {
+	cfg, err := k.ClientConfig("system:node:"+node, "system:nodes")
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = 1000, 1000
+	cfg.Timeout = 10 * time.Second
+	return kubernetes.NewForConfig(cfg)
+}
+
+// Cordon is Talos's NodeApplyController with the machine resetting (or
+// shutting down, or upgrading): a schedulable Node is marked unschedulable
+// and annotated talos.dev/cordoned; one already unschedulable is left
+// alone. It retries until the Node is unschedulable or ctx ends, as the
+// controller retries and the reset waits for it.
+func (h *talosHooks) Cordon(ctx context.Context, cluster, hostname string) error {
+	l := (*Lab)(h)
+	var last error
+	for {
+		last = l.cordonOnce(ctx, cluster, hostname)
+		if last == nil {
+			return nil
+		}
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return last
+		case <-t.C:
+		}
+	}
+}
+
+func (l *Lab) cordonOnce(ctx context.Context, cluster, hostname string) error {
+	k, ok := l.Kube(cluster)
+	if !ok {
+		return fmt.Errorf("cluster %s has no Kubernetes API", cluster)
+	}
+	c, err := nodeClient(k, hostname)
+	if err != nil {
+		return err
+	}
+	node, err := c.CoreV1().Nodes().Get(ctx, hostname, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if node.Spec.Unschedulable {
+		return nil
+	}
+	node.Spec.Unschedulable = true
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[AnnotationCordoned] = "true"
+	_, err = c.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	return err
+}
+
+// Drain is Talos's drain (pkg/kubernetes Drain) as the node's kubelet: the
+// pods bound to the Node are listed, mirror pods, pods without a
+// controller and DaemonSet pods skipped, the others evicted in parallel
+// with a 60 s grace period, asked again every retry while the eviction is
+// refused with 429, and waited for until they are gone (polled every 0.6
+// retry, for up to 12 retries). Errors other than the list's are only
+// logged, as Talos logs them: each pod not evicted is a lab event
+// "drain-warning" of the node.
+func (h *talosHooks) Drain(ctx context.Context, cluster, hostname string, retry time.Duration) error {
+	l := (*Lab)(h)
+	k, ok := l.Kube(cluster)
+	if !ok {
+		return fmt.Errorf("cluster %s has no Kubernetes API", cluster)
+	}
+	c, err := nodeClient(k, hostname)
+	if err != nil {
+		return err
+	}
+	pods, err := c.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.SelectorFromSet(fields.Set{"spec.nodeName": hostname}).String(),
+	})
+	if err != nil {
+		return fmt.Errorf("cannot get pods for node %s: %w", hostname, err)
+	}
+	var wg sync.WaitGroup
+	for _, pod := range pods.Items {
+		if _, mirror := pod.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+			continue
+		}
+		ref := metav1.GetControllerOf(&pod)
+		if ref == nil || ref.Kind == "DaemonSet" {
+			continue
+		}
+		wg.Go(func() {
+			if err := evictAndWait(ctx, c, pod, retry); err != nil {
+				// Talos logs "WARNING: failed to evict pod" and goes on.
+				l.event("drain-warning", hostname, fmt.Sprintf("failed to evict pod %s/%s: %v", pod.Namespace, pod.Name, err))
+			}
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// evictAndWait is Talos's evict and waitForPodDeleted for one pod.
+func evictAndWait(ctx context.Context, c kubernetes.Interface, pod corev1.Pod, retry time.Duration) error {
+	grace := int64(60)
+	for {
+		err := c.CoreV1().Pods(pod.Namespace).EvictV1(ctx, &policyv1.Eviction{
+			ObjectMeta:    metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+			DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: &grace},
+		})
+		switch {
+		case apierrors.IsTooManyRequests(err):
+			if err := sleepCtx(ctx, retry); err != nil {
+				return err
+			}
+			continue
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("failed to evict pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		break
+	}
+	deadline := time.Now().Add(12 * retry)
+	for {
+		p, err := c.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err), err == nil && p.UID != pod.UID:
+			return nil
+		case err != nil && ctx.Err() != nil:
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("failed waiting on pod %s/%s to be deleted: pod is still running on the node", pod.Namespace, pod.Name)
+		}
+		if err := sleepCtx(ctx, retry*3/5); err != nil {
+			return err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }

@@ -48,6 +48,11 @@
 // `taloscluster plan` there shows only the differences docs/migration.md
 // lists.
 //
+// A node whose kubelet stops without Talos shutting it down (a VM powered
+// off or deleted) turns NotReady after --node-monitor-grace-period,
+// kube-controller-manager's default of 50 s unless set; a cluster's
+// Kubernetes API refuses connections while no control plane holds its VIP.
+//
 // taloslab up exits 1 with a message naming the address when an address
 // the lab needs cannot be listened on: before it starts, or later when a
 // node's Talos API or a cluster's Kubernetes API cannot bind.
@@ -56,8 +61,8 @@
 // /lab/v1/faults and a JSON {kind, op, n, status, warnings, millis, addr,
 // cluster}. Beside the lab's kinds (proxmox-fail, proxmox-task-warnings,
 // proxmox-latency, proxmox-hang, proxmox-reset, proxmox-lost-reply,
-// talos-never-boot, talos-reset-fails, talos-fail, talos-hang, talos-reset,
-// talos-lost-reply, kube-fail, kube-hang, kube-reset, kube-lost-reply; see
+// talos-never-boot, talos-reset-fails, talos-stuck-member, talos-fail,
+// talos-hang, talos-reset, talos-lost-reply, kube-fail, kube-hang, kube-reset, kube-lost-reply; see
 // lab.Fault) it takes the forge's:
 //
 //	{"kind":"github-fail","op":"comments.create","n":2,"status":502}
@@ -115,6 +120,7 @@ import (
 
 	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/lab/forge"
+	"github.com/taloscluster/taloscluster/lab/kube"
 	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
@@ -150,6 +156,8 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	install := fs.Duration("install-delay", 700*time.Millisecond, "extra time of a first boot that installs Talos")
 	reboot := fs.Duration("reboot-delay", 500*time.Millisecond, "time a rebooting node is down")
 	ready := fs.Duration("ready-delay", 500*time.Millisecond, "time a registered Kubernetes node stays NotReady")
+	grace := fs.Duration("node-monitor-grace-period", kube.DefaultNodeMonitorGracePeriod,
+		"time after a node's kubelet stopped until its Kubernetes node turns NotReady (Unknown), as kube-controller-manager's flag of that name")
 	verbose := fs.Bool("v", false, "log every lab event to stderr")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -174,7 +182,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer nets.release()
 	l, err := lab.Start(ctx, lab.Options{Bridges: nets.nets, TaskDuration: -1, BootDelay: *boot, InstallDelay: *install,
-		RebootDelay: *reboot, ReadyDelay: *ready, Logger: log, OnFatal: func(err error) { cancel(err) }})
+		RebootDelay: *reboot, ReadyDelay: *ready, NodeMonitorGracePeriod: *grace, Logger: log, OnFatal: func(err error) { cancel(err) }})
 	if err != nil {
 		return err
 	}

@@ -52,14 +52,27 @@
 //
 // A simulated world sits behind the API: nodes added with [Server.AddNode]
 // have a kubelet that turns them Ready after [Options.ReadyDelay], runs the
-// pods bound to them, and finishes the graceful deletion of those pods while
-// the node is Ready (a NotReady node's pods stay Terminating, as they do in
-// a real cluster). Nodes and pods created through the API have no kubelet,
-// as in a cluster without one: their status is what clients write. A pod
-// whose controller is a ReplicaSet is replaced on another Ready, schedulable
-// node as soon as it starts terminating; a StatefulSet pod is recreated
-// under its own name once it is gone; a DaemonSet pod is recreated on its
-// own node. Deleting a node deletes its pods.
+// pods bound to them (those placed with [Server.AddPod] and those created
+// through the API with spec.nodeName set to the node, or bound by the
+// emulated scheduler), and finishes the graceful deletion of those pods
+// while the node is Ready (a NotReady node's pods stay Terminating, as they
+// do in a real cluster). [Server.StopKubelet] stops a node's kubelet: with a
+// machine shutdown it first runs the kubelet's graceful node shutdown (the
+// node is posted NotReady, "node is shutting down", and every pod it runs
+// turns Failed with reason Terminated); either way nothing runs or finishes
+// terminating there any more, and after [Options.NodeMonitorGracePeriod] the
+// node lifecycle controller turns the node Unknown (NodeStatusUnknown),
+// taints it unreachable and marks its pods NotReady. Nodes and pods created
+// through the API on nodes without an emulated kubelet have none, as in a
+// cluster without one: their status is what clients write. A pod whose
+// controller (ownerReferences with controller: true, whether set by AddPod
+// or by a client) is a ReplicaSet is replaced on another Ready, schedulable
+// node as soon as it starts terminating or fails; a StatefulSet pod is
+// recreated under its own name once it is gone (a failed one is deleted
+// first); a DaemonSet pod is recreated on its own node (likewise). Deleting
+// a node deletes its pods. [Server.SetServing] stops and resumes serving
+// (connections refused meanwhile), for an API endpoint with no
+// kube-apiserver behind it.
 //
 // Unlike a real control plane, where controllers catch up within a moment,
 // the simulated controllers act before the request that triggered them is

@@ -107,6 +107,23 @@ func (s *Server) AddNode(n Node) error {
 	for k, v := range n.Labels {
 		lbls[k] = v
 	}
+	if old := st.node(n.Name); old != nil {
+		// A kubelet registering again finds its Node: it updates its
+		// default labels and leaves the rest, taints included, as they
+		// are (kubelet_node_status.go, tryRegisterWithAPIServer); the node
+		// lifecycle controller's readiness taints follow the new status.
+		for k, v := range old.Labels {
+			if _, ok := lbls[k]; !ok {
+				lbls[k] = v
+			}
+		}
+		taints = nil
+		for _, t := range old.Spec.Taints {
+			if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+				taints = append(taints, t)
+			}
+		}
+	}
 	node.Labels = lbls
 	node.Spec.Taints = append(taints, corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
 	node.Status.Addresses = nil
@@ -134,6 +151,11 @@ func (s *Server) AddNode(n Node) error {
 			"container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized", now),
 	}
 	st.kubelets[n.Name] = true
+	delete(st.stopped, n.Name)
+	if t := s.lost[n.Name]; t != nil {
+		t.Stop()
+		delete(s.lost, n.Name)
+	}
 	st.store(nodesResource, node)
 	st.reconcile()
 	s.scheduleReady(n.Name)
@@ -153,7 +175,7 @@ func (s *Server) scheduleReady(name string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(s.timers, name)
-		if s.closing || !s.st.kubelets[name] {
+		if s.closing || !s.st.kubelets[name] || s.st.stopped[name] {
 			return
 		}
 		s.setReady(name, true)
@@ -166,7 +188,12 @@ func (s *Server) scheduleReady(name string) {
 }
 
 // setReady sets a node's Ready condition and the matching taints, and lets
-// the world react. s.mu is held.
+// the world react. Ready is what the kubelet posts; not ready is what the
+// node lifecycle controller of kube-controller-manager writes when the
+// kubelet has stopped posting (tryUpdateNodeHealth): Ready and the
+// pressure conditions turn Unknown with reason NodeStatusUnknown, and the
+// node is tainted unreachable (NoSchedule by the tainting pass, NoExecute
+// by taint-based eviction). s.mu is held.
 func (s *Server) setReady(name string, ready bool) {
 	st := s.st
 	n := st.node(name)
@@ -181,14 +208,80 @@ func (s *Server) setReady(name string, ready bool) {
 			taints = append(taints, t)
 		}
 	}
-	cond := nodeCondition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status", now)
-	if !ready {
-		cond = nodeCondition(corev1.NodeReady, corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status.", now)
-		taints = append(taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
+	if ready {
+		cond := nodeCondition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status", now)
+		for i := range n.Status.Conditions {
+			if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+				if c.Status == cond.Status {
+					cond.LastTransitionTime = c.LastTransitionTime
+				}
+				*c = cond
+			}
+		}
+		for _, t := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
+			for i := range n.Status.Conditions {
+				if c := &n.Status.Conditions[i]; c.Type == t && c.Status == corev1.ConditionUnknown {
+					*c = kubeletPressureCondition(t, now)
+				}
+			}
+		}
+	} else {
+		for i := range n.Status.Conditions {
+			c := &n.Status.Conditions[i]
+			switch c.Type {
+			case corev1.NodeReady, corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure:
+				if c.Status != corev1.ConditionUnknown {
+					c.Status, c.Reason, c.Message = corev1.ConditionUnknown, "NodeStatusUnknown", "Kubelet stopped posting node status."
+					c.LastTransitionTime = now
+				}
+			}
+		}
+		taints = append(taints,
+			corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now},
+			corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute, TimeAdded: &now})
 	}
 	n.Spec.Taints = taints
+	st.store(nodesResource, n)
+	st.reconcile()
+}
+
+// kubeletPressureCondition is a pressure condition as a healthy kubelet
+// posts it.
+func kubeletPressureCondition(t corev1.NodeConditionType, now metav1.Time) corev1.NodeCondition {
+	switch t {
+	case corev1.NodeMemoryPressure:
+		return nodeCondition(t, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available", now)
+	case corev1.NodeDiskPressure:
+		return nodeCondition(t, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure", now)
+	default:
+		return nodeCondition(t, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available", now)
+	}
+}
+
+// postShuttingDown is the node status a kubelet posts once its shutdown
+// manager has seen the machine's shutdown: Ready False with reason
+// KubeletNotReady and the message "node is shutting down", which the node
+// lifecycle controller answers with the not-ready taints. s.mu is held.
+func (s *Server) postShuttingDown(name string) {
+	st := s.st
+	n := st.node(name)
+	if n == nil {
+		return
+	}
+	n = n.DeepCopy()
+	now := st.metaNow()
+	var taints []corev1.Taint
+	for _, t := range n.Spec.Taints {
+		if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+			taints = append(taints, t)
+		}
+	}
+	n.Spec.Taints = append(taints,
+		corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now},
+		corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute, TimeAdded: &now})
 	for i := range n.Status.Conditions {
 		if c := &n.Status.Conditions[i]; c.Type == corev1.NodeReady {
+			cond := nodeCondition(corev1.NodeReady, corev1.ConditionFalse, "KubeletNotReady", "node is shutting down", now)
 			if c.Status == cond.Status {
 				cond.LastTransitionTime = c.LastTransitionTime
 			}
@@ -196,13 +289,14 @@ func (s *Server) setReady(name string, ready bool) {
 		}
 	}
 	st.store(nodesResource, n)
-	st.reconcile()
 }
 
 // SetNodeReady turns a node Ready (its kubelet posts status again) or not
-// (the kubelet stopped: the Ready condition turns Unknown, the node is
-// tainted unreachable, its pods turn NotReady, and pods deleted there stay
-// Terminating). It cancels a pending ReadyDelay.
+// (at once, as the node lifecycle controller does once the kubelet has
+// stopped posting for the grace period: the Ready condition turns Unknown,
+// the node is tainted unreachable, its pods turn NotReady, and pods deleted
+// there stay Terminating). It cancels a pending ReadyDelay. StopKubelet is
+// the kubelet stopping, with the grace period.
 func (s *Server) SetNodeReady(name string, ready bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -215,6 +309,67 @@ func (s *Server) SetNodeReady(name string, ready bool) error {
 	}
 	s.setReady(name, ready)
 	return nil
+}
+
+// StopKubelet stops the simulated kubelet of a node added with AddNode, as
+// when its machine goes down; AddNode registers it again when the machine
+// is back. With shutdown, the kubelet first runs its graceful node
+// shutdown, as it does when the machine announces the shutdown through
+// logind (Talos does so before it stops the kubelet when it reboots, shuts
+// down, upgrades or resets a machine): it posts the node NotReady ("node is
+// shutting down") and terminates every pod it runs, which turn Failed.
+// Without shutdown (power cut, crash, deleted machine) the node's status
+// stays as the kubelet last posted it. Either way nothing runs, starts or
+// finishes terminating on the node any more, and after
+// Options.NodeMonitorGracePeriod the node lifecycle controller turns the
+// node's conditions Unknown, taints it unreachable and marks its pods
+// NotReady. Stopping a stopped kubelet does nothing.
+func (s *Server) StopKubelet(name string, shutdown bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	if st.node(name) == nil || !st.kubelets[name] {
+		return fmt.Errorf("stopping the kubelet of node %q: %w", name, apierrors.NewNotFound(nodesResource.groupResource(), name))
+	}
+	if st.stopped[name] {
+		return nil
+	}
+	if t := s.timers[name]; t != nil {
+		t.Stop()
+		delete(s.timers, name)
+	}
+	if shutdown {
+		s.postShuttingDown(name)
+		st.shutdownPods(name)
+	}
+	st.stopped[name] = true
+	st.reconcile()
+	if s.closing {
+		return nil
+	}
+	grace := s.opts.NodeMonitorGracePeriod
+	if grace <= 0 {
+		s.setReady(name, false)
+		return nil
+	}
+	s.lost[name] = time.AfterFunc(grace, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.lost, name)
+		if s.closing || !s.st.stopped[name] {
+			return
+		}
+		s.setReady(name, false)
+	})
+	return nil
+}
+
+// KubeletRunning reports whether the simulated kubelet of a node runs: it
+// was added with AddNode and not stopped since.
+func (s *Server) KubeletRunning(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.kubelets[name] && !s.st.stopped[name] && s.st.node(name) != nil
 }
 
 // SetKubeletVersion changes the kubelet version a node reports, as a
@@ -244,6 +399,10 @@ func (s *Server) RemoveNode(name string) error {
 	if t := s.timers[name]; t != nil {
 		t.Stop()
 		delete(s.timers, name)
+	}
+	if t := s.lost[name]; t != nil {
+		t.Stop()
+		delete(s.lost, name)
 	}
 	if _, err := s.st.remove(nodesResource, "", name, &metav1.DeleteOptions{}); err != nil {
 		return fmt.Errorf("removing node %q: %w", name, err)

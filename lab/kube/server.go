@@ -24,6 +24,11 @@ import (
 // Options.Version is empty.
 const DefaultVersion = "v1.36.1"
 
+// DefaultNodeMonitorGracePeriod is kube-controller-manager's default
+// --node-monitor-grace-period (50 s since Kubernetes v1.32;
+// pkg/controller/nodelifecycle/config/v1alpha1/defaults.go).
+const DefaultNodeMonitorGracePeriod = 50 * time.Second
+
 // Options configure a Server.
 type Options struct {
 	// CACert and CAKey are the cluster's Kubernetes CA in PEM form. The
@@ -42,6 +47,12 @@ type Options struct {
 	// ReadyDelay is how long a node added with AddNode stays NotReady before
 	// its simulated kubelet reports Ready.
 	ReadyDelay time.Duration
+	// NodeMonitorGracePeriod is how long after a node's kubelet stopped
+	// (StopKubelet) the node lifecycle controller of kube-controller-manager
+	// marks the node Unknown: kube-controller-manager's
+	// --node-monitor-grace-period, whose default is
+	// DefaultNodeMonitorGracePeriod. Zero or less marks it at once.
+	NodeMonitorGracePeriod time.Duration
 	// Logger receives the HTTP server's own errors (TLS handshakes that
 	// failed, for one); nil discards them.
 	Logger *slog.Logger
@@ -58,11 +69,14 @@ type Server struct {
 	version string
 	addr    netip.AddrPort // the bound address once started
 	srv     *http.Server
+	ln      net.Listener // nil while not serving (SetServing)
+	conns   map[net.Conn]struct{}
 	closed  chan struct{}
 	st      *state
 	log     []*Op
 	faults  []*fault
-	timers  map[string]*time.Timer
+	timers  map[string]*time.Timer // ReadyDelay, by node
+	lost    map[string]*time.Timer // NodeMonitorGracePeriod, by node
 	closing bool
 }
 
@@ -96,6 +110,8 @@ func New(opts Options) (*Server, error) {
 		addr:    opts.Addr,
 		closed:  make(chan struct{}),
 		timers:  map[string]*time.Timer{},
+		lost:    map[string]*time.Timer{},
+		conns:   map[net.Conn]struct{}{},
 	}
 	s.st = newState()
 	return s, nil
@@ -109,15 +125,6 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.srv != nil || s.closing {
 		return errors.New("starting the Kubernetes API emulator: already started")
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.opts.Addr.String())
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", s.opts.Addr, err)
-	}
-	if tcp, ok := ln.Addr().(*net.TCPAddr); ok {
-		s.addr = tcp.AddrPort()
-		s.addr = netip.AddrPortFrom(s.addr.Addr().Unmap(), s.addr.Port())
-	}
 	errLog := log.New(io.Discard, "", 0)
 	if s.opts.Logger != nil {
 		errLog = slog.NewLogLogger(s.opts.Logger.Handler(), slog.LevelDebug)
@@ -129,11 +136,78 @@ func (s *Server) Start(ctx context.Context) error {
 		ErrorLog:          errLog,
 		// ResetConn and LoseReply reset HTTP/2 connections through it.
 		ConnContext: connabort.ConnContext,
+		ConnState:   s.trackConn,
 	}
-	srv := s.srv
-	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	if err := s.listen(ctx); err != nil {
+		s.srv = nil
+		return err
+	}
 	context.AfterFunc(ctx, func() { _ = s.Close() })
 	return nil
+}
+
+// listen binds the listener and serves on it. s.mu is held.
+func (s *Server) listen(ctx context.Context) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", s.addr.String())
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.addr, err)
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok {
+		s.addr = tcp.AddrPort()
+		s.addr = netip.AddrPortFrom(s.addr.Addr().Unmap(), s.addr.Port())
+	}
+	s.ln = ln
+	srv := s.srv
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	return nil
+}
+
+// trackConn keeps the open connections, for SetServing.
+func (s *Server) trackConn(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st {
+	case http.StateNew:
+		s.conns[c] = struct{}{}
+	case http.StateClosed, http.StateHijacked:
+		delete(s.conns, c)
+	}
+}
+
+// SetServing stops serving or serves again, as the cluster's API endpoint
+// does when no kube-apiserver is behind it and when one is again (a
+// Layer-2 VIP without holder, every control plane down). Stopping closes
+// the listener and every open connection: new connections are refused, as
+// where nothing listens, and requests under way get no answer. Serving
+// again listens on the same address; the state (objects, log, faults) is
+// kept. Serving reports whether the server serves now.
+func (s *Server) SetServing(serving bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil || s.closing {
+		return errors.New("the Kubernetes API emulator is not running")
+	}
+	if serving == (s.ln != nil) {
+		return nil
+	}
+	if serving {
+		return s.listen(context.Background())
+	}
+	_ = s.ln.Close()
+	s.ln = nil
+	for c := range s.conns {
+		_ = connabort.Reset(c)
+		delete(s.conns, c)
+	}
+	return nil
+}
+
+// Serving reports whether the server accepts connections now.
+func (s *Server) Serving() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ln != nil && !s.closing
 }
 
 // Close stops the server: it closes the listener and every connection (so
@@ -149,6 +223,10 @@ func (s *Server) Close() error {
 	for name, t := range s.timers {
 		t.Stop()
 		delete(s.timers, name)
+	}
+	for name, t := range s.lost {
+		t.Stop()
+		delete(s.lost, name)
 	}
 	srv := s.srv
 	s.mu.Unlock()

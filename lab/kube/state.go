@@ -99,6 +99,9 @@ type state struct {
 	// kubelets are the nodes added with AddNode: they have a simulated
 	// kubelet.
 	kubelets map[string]bool
+	// stopped are the nodes whose kubelet was stopped (StopKubelet) and
+	// has not registered again: nothing runs or terminates there.
+	stopped map[string]bool
 	// unready are pods whose readiness probe fails (AddPod with NotReady):
 	// the kubelet never reports them Ready.
 	unready map[string]bool
@@ -111,6 +114,7 @@ func newState() *state {
 	st := &state{
 		objs:     map[*resource]map[string]runtime.Object{},
 		kubelets: map[string]bool{},
+		stopped:  map[string]bool{},
 		unready:  map[string]bool{},
 		owners:   map[string]*owner{},
 		now:      time.Now,
@@ -461,6 +465,7 @@ func (st *state) remove(r *resource, ns, name string, opts *metav1.DeleteOptions
 	case nodesResource:
 		delete(st.objs[r], name)
 		delete(st.kubelets, name)
+		delete(st.stopped, name)
 		// The pod garbage collector removes the pods of a node that is gone.
 		for _, p := range st.podsOn(name) {
 			zero := int64(0)

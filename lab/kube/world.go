@@ -81,9 +81,13 @@ func (st *state) reconcile() {
 }
 
 // runKubelets plays the kubelets of the nodes added with AddNode, and the
-// node lifecycle controller's marking of their pods: pods on a Ready node
-// run and turn Ready, terminating pods there are removed; pods on a node
-// that is not Ready turn NotReady and stay until it is back.
+// node lifecycle controller's marking of their pods: while a node's kubelet
+// runs and the node is Ready, pods bound there run and turn Ready and
+// terminating pods there are removed; pods on a node that is not Ready
+// turn NotReady (MarkPodsNotReady) and stay until it is back. Where the
+// kubelet is stopped, nothing is started or removed and pod statuses stay
+// as last posted until the node lifecycle controller marks the node
+// Unknown.
 func (st *state) runKubelets() bool {
 	changed := false
 	for _, p := range st.sortedPods() {
@@ -91,26 +95,85 @@ func (st *state) runKubelets() bool {
 		if n == nil || !st.kubelets[n.Name] {
 			continue
 		}
+		running := !st.stopped[n.Name]
 		ready := isNodeReady(n)
 		key := objKey(p.Namespace, p.Name)
 		switch {
-		case p.DeletionTimestamp != nil && ready:
+		case p.DeletionTimestamp != nil && ready && running:
 			delete(st.objs[podsResource], key)
 			delete(st.unready, key)
 			changed = true
 		case p.DeletionTimestamp != nil:
-		case ready && p.Status.Phase == corev1.PodPending:
+		case ready && running && p.Status.Phase == corev1.PodPending:
 			runPod(p, n, !st.unready[key], st.metaNow())
 			st.store(podsResource, p)
 			changed = true
-		case p.Status.Phase == corev1.PodRunning && isPodReady(p) != (ready && !st.unready[key]):
-			setPodReady(p, ready && !st.unready[key], st.metaNow())
+		case p.Status.Phase == corev1.PodRunning && !ready && isPodReady(p):
+			// The node lifecycle controller marks the pods of a node that
+			// is not Ready NotReady, kubelet or not.
+			setPodReady(p, false, st.metaNow())
+			st.store(podsResource, p)
+			changed = true
+		case p.Status.Phase == corev1.PodRunning && ready && running && isPodReady(p) == st.unready[key]:
+			setPodReady(p, !st.unready[key], st.metaNow())
 			st.store(podsResource, p)
 			changed = true
 		}
 	}
 	return changed
 }
+
+// shutdownPods is the kubelet's graceful node shutdown
+// (pkg/kubelet/nodeshutdown): every pod the kubelet runs on the node is
+// killed and its final status posted, Failed (unless it had succeeded)
+// with reason Terminated and a DisruptionTarget condition of reason
+// TerminationByKubelet; a pod that was being deleted is then removed.
+func (st *state) shutdownPods(node string) {
+	now := st.metaNow()
+	for _, p := range st.podsOn(node) {
+		if p.Status.Phase != corev1.PodRunning && p.DeletionTimestamp == nil {
+			continue
+		}
+		key := objKey(p.Namespace, p.Name)
+		if p.DeletionTimestamp != nil {
+			delete(st.objs[podsResource], key)
+			delete(st.unready, key)
+			continue
+		}
+		p = p.DeepCopy()
+		if p.Status.Phase != corev1.PodSucceeded {
+			p.Status.Phase = corev1.PodFailed
+		}
+		p.Status.Reason = nodeShutdownReason
+		p.Status.Message = nodeShutdownMessage
+		setPodReady(p, false, now)
+		setPodCondition(p, corev1.DisruptionTarget, corev1.ConditionTrue, now)
+		for i := range p.Status.Conditions {
+			if c := &p.Status.Conditions[i]; c.Type == corev1.DisruptionTarget {
+				c.Reason, c.Message = corev1.PodReasonTerminationByKubelet, nodeShutdownMessage
+			}
+		}
+		for i := range p.Status.ContainerStatuses {
+			cs := &p.Status.ContainerStatuses[i]
+			started := now
+			if cs.State.Running != nil {
+				started = cs.State.Running.StartedAt
+			}
+			cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+				ExitCode: 137, Reason: "Error", StartedAt: started, FinishedAt: now,
+			}}
+			cs.Started = new(false)
+		}
+		st.store(podsResource, p)
+	}
+}
+
+// The kubelet's words for a pod its graceful node shutdown terminated
+// (pkg/kubelet/nodeshutdown/nodeshutdown_manager.go).
+const (
+	nodeShutdownReason  = "Terminated"
+	nodeShutdownMessage = "Pod was terminated in response to imminent node shutdown."
+)
 
 // runPod makes a pod Running on node n, Ready if ready.
 func runPod(p *corev1.Pod, n *corev1.Node, ready bool, now metav1.Time) {
@@ -183,8 +246,19 @@ func (st *state) runControllers() bool {
 		var active, all []*corev1.Pod
 		for _, p := range st.sortedPods() {
 			if ref := controllerOf(p); p.Namespace == o.namespace && ref != nil && ref.Kind == o.kind && ref.Name == o.name {
+				if o.kind != kindReplicaSet && p.Status.Phase == corev1.PodFailed && p.DeletionTimestamp == nil {
+					// The StatefulSet and DaemonSet controllers delete a
+					// failed pod, to create it again.
+					st.deletePod(p, nil)
+					changed = true
+					if st.objs[podsResource][objKey(p.Namespace, p.Name)] == nil {
+						continue
+					}
+				}
 				all = append(all, p)
-				if p.DeletionTimestamp == nil {
+				// controller.FilterActivePods: neither terminal nor
+				// being deleted.
+				if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded {
 					active = append(active, p)
 				}
 			}

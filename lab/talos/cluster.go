@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
 )
@@ -19,7 +20,20 @@ var (
 	// errNotEnoughStarted is etcd's answer to a removal that would leave
 	// too few started members.
 	errNotEnoughStarted = errors.New("etcdserver: re-configuration failed due to not enough started members")
+	// errTooManyLearners is etcd's answer to a learner added while the
+	// cluster has as many as it allows (one by default).
+	errTooManyLearners = errors.New("etcdserver: too many learner members in cluster")
+	// errNotSupportedForLearner is a learner's answer to the calls it
+	// does not serve (all but Status and serializable reads).
+	errNotSupportedForLearner = errors.New("etcdserver: rpc not supported for learner")
 )
+
+// maxLearners is etcd's default --max-learners.
+const maxLearners = 1
+
+// promoteAttempts is how many times Talos tries to promote a learner: every
+// 15 s for 10 min.
+const promoteAttempts = 40
 
 // cluster is what the nodes sharing a cluster ID share: etcd and the
 // bootstrap. Guarded by World.mu.
@@ -36,11 +50,25 @@ type cluster struct {
 	// per shared IP: the campaigning nodes in the order they joined. The
 	// first holds the IP.
 	vips map[netip.Addr][]*node
+
+	// info is what the bootstrap node's config said of the cluster.
+	info Cluster
+	// apiServing: the Kubernetes API endpoint has a kube-apiserver behind
+	// it (see Hooks.APIServing).
+	apiServing bool
+
+	// history is every change of the membership and of the members' etcd
+	// running; startedSeen is whether each member ran at the last entry.
+	history     []EtcdSnapshot
+	startedSeen map[uint64]bool
 }
 
 type member struct {
-	id      uint64
+	id uint64
+	// name is what etcd lists: the hostname, published when the member's
+	// etcd starts; empty until then.
 	name    string
+	host    string // the hostname of the member's node
 	addr    netip.Addr
 	learner bool
 }
@@ -156,22 +184,166 @@ func (w *World) newMemberID() uint64 {
 	}
 }
 
-// addMember makes n a member of c.
+// addMember makes n the first, voting member of c (the bootstrap).
 func (w *World) addMember(c *cluster, n *node) {
+	w.noteEtcd(c)
+
 	id := w.newMemberID()
-	c.members = append(c.members, &member{id: id, name: n.hostname(), addr: n.addr})
+	m := &member{id: id, name: n.hostname(), host: n.hostname(), addr: n.addr}
+	c.members = append(c.members, m)
 	n.etcdData = true
 	n.memberID = id
 	n.etcdFailed = false
 
 	w.log.Info("etcd member added", "cluster", c.name, "node", n.addr, "member", id)
+	w.recordEtcd(c, "bootstrap", m)
+}
+
+// addLearner adds n's member as a learner, as Talos's join does
+// (MemberAddAsLearner), after etcd's checks: a leader, no learner already
+// (max-learners 1), and, with more than one voter, the live voters a
+// quorum of the voters plus the new member (mayAddMember at etcd v3.6.12,
+// Talos 1.13's etcd: a learner skips the started-members check, not the
+// connectivity one). The member has no name until n's etcd starts,
+// EtcdStartDelay later.
+func (w *World) addLearner(c *cluster, n *node) error {
+	if !w.quorum(c) {
+		return errNoLeader
+	}
+
+	learners := 0
+
+	for _, m := range c.members {
+		if m.learner {
+			learners++
+		}
+	}
+
+	if learners+1 > maxLearners {
+		return errTooManyLearners
+	}
+
+	// With more than one voter, the live voters must make a quorum of the
+	// voters plus the new member, which counts as unavailable.
+	if total, active := w.voters(c); total > 1 && active < (total+1)/2+1 {
+		return errUnhealthy
+	}
+
+	w.noteEtcd(c)
+
+	id := w.newMemberID()
+	m := &member{id: id, host: n.hostname(), addr: n.addr, learner: true}
+	c.members = append(c.members, m)
+	n.memberID = id
+	n.etcdStarting = true
+	n.etcdFailed = false
+
+	w.log.Info("etcd learner added", "cluster", c.name, "node", n.addr, "member", id)
+	w.recordEtcd(c, "add-learner", m)
+
+	g := n.gen
+
+	time.AfterFunc(w.opts.EtcdStartDelay, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+
+		if w.closed || n.gen != g || !n.etcdStarting || n.memberID != id {
+			return
+		}
+
+		// etcd runs on the data of the member it was added as, and
+		// publishes its name; a member removed meanwhile fails.
+		n.etcdStarting = false
+		n.etcdData = true
+
+		if w.findMember(c, id) == nil {
+			n.etcdFailed = true
+			w.settle(c)
+
+			return
+		}
+
+		m.name = n.hostname()
+
+		w.settle(c)
+		w.promoteLater(c, n, m, 1)
+	})
+
+	return nil
+}
+
+// promoteLater makes attempt number k of Talos's promotion of n's learner
+// m, one LearnerPromoteDelay from now (the first one LearnerPromoteDelay
+// after its etcd started, when it has caught up). Attempts stop when n's
+// etcd stops (a reboot, a leave), when m is no learner any more, and after
+// promoteAttempts.
+func (w *World) promoteLater(c *cluster, n *node, m *member, k int) {
+	g := n.gen
+
+	time.AfterFunc(w.opts.LearnerPromoteDelay, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+
+		if w.closed || n.gen != g || n.memberID != m.id || !m.learner || !w.started(c, m) || w.findMember(c, m.id) == nil {
+			return
+		}
+
+		if err := w.canPromote(c, m); err != nil {
+			w.log.Info("etcd promotion refused", "cluster", c.name, "node", n.addr, "member", m.id, "attempt", k, "err", err)
+
+			if k < promoteAttempts {
+				w.promoteLater(c, n, m, k+1)
+			}
+
+			return
+		}
+
+		w.noteEtcd(c)
+		m.learner = false
+		w.log.Info("etcd learner promoted", "cluster", c.name, "node", n.addr, "member", m.id)
+		w.recordEtcd(c, "promote", m)
+		w.settle(c)
+	})
+}
+
+// canPromote checks a promotion the way etcd does (mayPromoteMember): a
+// leader, and the started voters plus the learner a majority of the voters
+// plus the learner (IsReadyToPromoteMember; "started" is etcd's: the
+// member published its name).
+func (w *World) canPromote(c *cluster, m *member) error {
+	if !w.quorum(c) {
+		return errNoLeader
+	}
+
+	members, started := 1, 1
+
+	for _, v := range c.members {
+		if v.learner {
+			continue
+		}
+
+		members++
+
+		if v.name != "" {
+			started++
+		}
+	}
+
+	if started < members/2+1 {
+		return errNotEnoughStarted
+	}
+
+	return nil
 }
 
 // canRemove checks that the member can be removed the way etcd's strict
-// reconfiguration check does: etcd needs a leader; a learner can always go;
-// for a voting member, the other started voting members must still be a
-// majority of the current voting members (so a two-member etcd cannot lose
-// one), and removing a started member must leave a majority connected.
+// reconfiguration check does (server.go mayRemoveMember): etcd needs a
+// leader; a learner can always go; for a voting member, the members that
+// remain must keep a majority of started members, "started" meaning that
+// they published their name (membership.IsReadyToRemoveVotingMember);
+// then a member that is down can go, while removing a live one must leave
+// the live voting members a majority of the current ones ("unhealthy
+// cluster" otherwise).
 func (w *World) canRemove(c *cluster, id uint64) error {
 	m := w.findMember(c, id)
 	if m == nil {
@@ -190,18 +362,30 @@ func (w *World) canRemove(c *cluster, id uint64) error {
 		return nil
 	}
 
-	total, started := w.voters(c)
+	members, named := 0, 0
 
-	others := started
-	if w.started(c, m) {
-		others--
+	for _, v := range c.members {
+		if v.learner || v.id == id {
+			continue
+		}
+
+		members++
+
+		if v.name != "" {
+			named++
+		}
 	}
 
-	if others < total/2+1 {
+	if named < members/2+1 {
 		return errNotEnoughStarted
 	}
 
-	if w.started(c, m) && started-1 < 1+(total-1)/2 {
+	if !w.started(c, m) {
+		return nil
+	}
+
+	total, active := w.voters(c)
+	if active-1 < 1+(total-1)/2 {
 		return errUnhealthy
 	}
 
@@ -217,24 +401,32 @@ func (w *World) removeMember(c *cluster, id uint64) {
 
 // dropMember is removeMember without settling the cluster afterwards.
 func (w *World) dropMember(c *cluster, id uint64) {
+	w.noteEtcd(c)
+
+	m := w.findMember(c, id)
+	if m == nil {
+		return
+	}
+
 	c.members = slices.DeleteFunc(c.members, func(m *member) bool { return m.id == id })
 
 	for _, n := range w.nodes {
-		if n.cluster == c && n.etcdData && n.memberID == id {
+		if n.cluster == c && n.memberID == id && (n.etcdData || n.etcdStarting) {
 			n.etcdFailed = true
 		}
 	}
 
 	w.log.Info("etcd member removed", "cluster", c.name, "member", id)
+	w.recordEtcd(c, "remove", m)
 }
 
 // replaceNamesake removes the members named like n before n joins, as
 // Talos does when a control plane with an empty etcd data directory joins
 // (it assumes control-plane hostnames are unique): the member a deleted or
-// wiped machine of the same hostname left behind goes. It reports false
-// when etcd refuses a removal; the join is then retried later, like
-// Talos's join retries.
-func (w *World) replaceNamesake(c *cluster, n *node) bool {
+// wiped machine of the same hostname left behind goes. A learner that
+// never started has no name and stays. It returns etcd's refusal, if any;
+// the join is then retried.
+func (w *World) replaceNamesake(c *cluster, n *node) error {
 	name := n.hostname()
 
 	for _, m := range slices.Clone(c.members) {
@@ -245,53 +437,97 @@ func (w *World) replaceNamesake(c *cluster, n *node) bool {
 		if err := w.canRemove(c, m.id); err != nil {
 			w.log.Info("etcd join: removing the member of the same name failed", "cluster", c.name, "node", n.addr, "member", m.id, "err", err)
 
-			return false
+			return err
 		}
 
 		w.dropMember(c, m.id)
 		w.elect(c)
 	}
 
-	return true
+	return nil
+}
+
+// join is Talos's etcd join of a control plane with an empty data
+// directory (services/etcd.go addMember): with a leader, remove the
+// member of the same name, then add its own as a learner.
+func (w *World) join(c *cluster, n *node) error {
+	if !w.quorum(c) {
+		return errNoLeader
+	}
+
+	if err := w.replaceNamesake(c, n); err != nil {
+		return err
+	}
+
+	return w.addLearner(c, n)
+}
+
+// retryJoin settles c again after EtcdJoinRetry, for a join that was
+// refused, as Talos retries it.
+func (w *World) retryJoin(c *cluster, n *node) {
+	if n.joinRetry {
+		return
+	}
+
+	n.joinRetry = true
+	g := n.gen
+
+	time.AfterFunc(w.opts.EtcdJoinRetry, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+
+		if n.gen != g {
+			return
+		}
+
+		n.joinRetry = false
+
+		if !w.closed && w.nodes[n.addr] == n && n.cluster == c {
+			w.settle(c)
+		}
+	})
 }
 
 // settle brings c to rest after a change: elects an etcd leader, lets
-// ready control planes without etcd data join, registers ready nodes'
-// kubelets once the cluster is bootstrapped, and settles who holds the
-// cluster's shared IPs.
+// ready control planes without etcd data join (retrying later when etcd
+// refuses), settles who holds the cluster's shared IPs and whether its
+// Kubernetes API is served, registers the kubelets of ready nodes while it
+// is, and records the etcd history.
 func (w *World) settle(c *cluster) {
 	if c == nil {
 		return
 	}
 
-	defer w.electVIPs(c)
+	w.noteEtcd(c)
+	defer w.noteEtcd(c)
 
 	w.elect(c)
 
-	if !c.bootstrapped {
+	if c.bootstrapped {
+		for _, n := range w.nodesOf(c) {
+			if !n.runningReady() || !n.controlPlane() || n.etcdData || n.etcdStopped || n.etcdStarting {
+				continue
+			}
+
+			if err := w.join(c, n); err != nil {
+				w.log.Debug("etcd join refused", "cluster", c.name, "node", n.addr, "err", err)
+				w.retryJoin(c, n)
+
+				continue
+			}
+
+			w.elect(c)
+		}
+	}
+
+	w.electVIPs(c)
+
+	if !c.bootstrapped || !c.apiServing {
 		return
 	}
 
 	for _, n := range w.nodesOf(c) {
-		if !n.runningReady() || !n.controlPlane() || n.etcdData || n.etcdStopped {
-			continue
-		}
-
-		if !w.quorum(c) || !w.replaceNamesake(c, n) {
-			continue
-		}
-
-		total, started := w.voters(c)
-		if !w.quorum(c) || (started+1)*2 <= total+1 {
-			continue
-		}
-
-		w.addMember(c, n)
-		w.elect(c)
-	}
-
-	for _, n := range w.nodesOf(c) {
-		if !n.runningReady() {
+		if !n.runningReady() || n.kubeletStopped {
 			continue
 		}
 
@@ -306,6 +542,64 @@ func (w *World) settle(c *cluster) {
 
 		w.hooks.push(func(h Hooks) { h.NodeJoined(clusterName, joined) })
 	}
+}
+
+// noteEtcd records in c's history each member whose etcd started or
+// stopped since the last entry.
+func (w *World) noteEtcd(c *cluster) {
+	if c.startedSeen == nil {
+		c.startedSeen = map[uint64]bool{}
+	}
+
+	for _, m := range c.members {
+		now := w.started(c, m)
+		if was, ok := c.startedSeen[m.id]; ok && was == now {
+			continue
+		} else if !ok && !now {
+			c.startedSeen[m.id] = false
+
+			continue
+		}
+
+		c.startedSeen[m.id] = now
+
+		if now {
+			w.recordEtcd(c, "start", m)
+		} else {
+			w.recordEtcd(c, "stop", m)
+		}
+	}
+}
+
+// recordEtcd appends an entry to c's history.
+func (w *World) recordEtcd(c *cluster, event string, m *member) {
+	if c.startedSeen == nil {
+		c.startedSeen = map[uint64]bool{}
+	}
+
+	s := EtcdSnapshot{Time: time.Now(), Event: event, Member: m.host, MemberID: m.id}
+
+	for _, v := range c.members {
+		started := w.started(c, v)
+		c.startedSeen[v.id] = started
+
+		switch {
+		case v.learner:
+			s.Learners = append(s.Learners, v.host)
+		default:
+			s.Voters = append(s.Voters, v.host)
+
+			if started {
+				s.StartedVoters = append(s.StartedVoters, v.host)
+			}
+		}
+	}
+
+	if event == "remove" {
+		delete(c.startedSeen, m.id)
+	}
+
+	c.history = append(c.history, s)
 }
 
 func (w *World) elect(c *cluster) {
@@ -333,9 +627,10 @@ func (w *World) elect(c *cluster) {
 // campaignsForVIP reports whether n's VIP operator campaigns for its shared
 // IPs, after Talos's operator (internal/app/machined/pkg/controllers/
 // network/operator/vip.go): from when the node's etcd service runs healthy
-// and its kubelet lifecycle is up, until etcd stops or the node shuts down.
+// and its kubelet lifecycle is up, until etcd stops, the kubelet lifecycle
+// is torn down (a sequence stops the kubelet) or the node shuts down.
 func (w *World) campaignsForVIP(n *node) bool {
-	return n.runningReady() && n.controlPlane() && w.etcdService(n).healthy
+	return n.runningReady() && n.controlPlane() && !n.kubeletStopped && w.etcdService(n).healthy
 }
 
 // electVIPs updates c's VIP elections the way etcd's election does: a node
@@ -390,6 +685,66 @@ func (w *World) electVIPs(c *cluster) {
 			c.vips[vip] = append(c.vips[vip], n)
 		}
 	}
+
+	w.updateAPI(c)
+}
+
+// updateAPI settles whether c's Kubernetes API endpoint is served: while
+// the control plane holding its VIP runs (the holder campaigns only with
+// its etcd healthy and its kubelet up, where kube-apiserver runs as a
+// static pod); for an endpoint that is no VIP, while a control plane of
+// that address (or, for any other address, any control plane) runs its
+// kubelet and etcd has a majority. A change is told to Hooks.
+func (w *World) updateAPI(c *cluster) {
+	serving := false
+
+	if addr, ok := c.info.APIAddr(); ok && c.bootstrapped {
+		if q := c.vips[addr.Addr()]; len(q) > 0 {
+			serving = true
+		} else if !w.isVIP(c, addr.Addr()) && w.quorum(c) {
+			for _, n := range w.nodesOf(c) {
+				if n.controlPlane() && n.runningReady() && !n.kubeletStopped && (!w.isNodeAddr(c, addr.Addr()) || n.addr == addr.Addr()) {
+					serving = true
+				}
+			}
+		}
+	}
+
+	if serving == c.apiServing {
+		return
+	}
+
+	c.apiServing = serving
+	name := c.name
+
+	w.log.Info("kubernetes api", "cluster", name, "serving", serving)
+	w.hooks.push(func(h Hooks) { h.APIServing(name, serving) })
+}
+
+// isVIP reports whether addr is a shared IP of a node of c.
+func (w *World) isVIP(c *cluster, addr netip.Addr) bool {
+	if addr == c.info.VIP {
+		return true
+	}
+
+	for _, n := range w.nodesOf(c) {
+		if slices.Contains(nodeVIPs(n), addr) {
+			return true
+		}
+	}
+
+	return false
+}
+
+// isNodeAddr reports whether addr is the address of a node of c.
+func (w *World) isNodeAddr(c *cluster, addr netip.Addr) bool {
+	for _, n := range w.nodesOf(c) {
+		if n.addr == addr {
+			return true
+		}
+	}
+
+	return false
 }
 
 // nodeVIPs are the shared IPs of n's config, in document order.
@@ -497,6 +852,22 @@ func (q *hookQueue) run() {
 
 			fn(q.h)
 		}
+	}
+}
+
+// flush returns once every hook pushed before it has run (at once without
+// hooks, or once the queue is closed).
+func (q *hookQueue) flush() {
+	if q.h == nil {
+		return
+	}
+
+	done := make(chan struct{})
+	q.push(func(Hooks) { close(done) })
+
+	select {
+	case <-done:
+	case <-q.done:
 	}
 }
 

@@ -28,13 +28,18 @@
 // NodeState.VIPs and World.VIPHolder tell who holds it now.
 //
 // The lifecycle is simulated with short delays: boot, install, reboot,
-// upgrade (to the installer image's version and schematic), reset (graceful
-// resets leave etcd first), power off. Each cluster has one etcd membership
-// that changes only with a functioning majority and keeps stable member IDs.
-// Hooks tell the rest of the lab when a cluster is bootstrapped and when
-// nodes register with or leave Kubernetes, so that a Kubernetes emulator can
-// follow. Faults (a node that never boots, failing resets, a stuck etcd
-// member, failing calls, latency, upgrade rollbacks) and an ordered
+// upgrade (to the installer image's version and schematic), reset, power
+// off. A graceful reset runs Talos's order: its Node is cordoned and
+// drained (through Hooks), the kubelet stopped, etcd left, the disks
+// wiped; World.Steps records these steps. Each cluster has one etcd
+// membership that changes only as etcd's reconfiguration checks allow and
+// keeps stable member IDs: control planes join as learners, one at a time,
+// and their node promotes them; World.EtcdHistory records every change.
+// Hooks tell the rest of the lab when a cluster is bootstrapped, when its
+// Kubernetes API endpoint is served (while a control plane holds its VIP),
+// when kubelets register (only then) and stop, and let it cordon and drain
+// Nodes for Talos. Faults (a node that never boots, failing resets, a stuck
+// etcd member, failing calls, latency, upgrade rollbacks) and an ordered
 // operation log serve tests.
 //
 // Only loopback addresses (127.0.0.0/8) are accepted.
@@ -57,8 +62,7 @@
 // every path that is not one of the few directories it knows (as real
 // Talos 1.13 does for /system/state/config.yaml, which it never mounts);
 // changes to .machine.install need a reboot (real Talos 1.13 applies them
-// live, for the next upgrade); kubelets register whenever their cluster is
-// bootstrapped, whether or not a control plane is up. A first configured
+// live, for the next upgrade). A first configured
 // boot is the boot after the install, so the "persistent" MachineConfig is
 // absent in it (a machine booting a preinstalled disk image from user data
 // would have it). COSI resource types the lab does not model answer

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -298,6 +299,39 @@ type hookRecorder struct {
 	bootstrapped []talos.Cluster
 	joined       []talos.Node
 	left         []string
+	serving      []bool
+	cordoned     []string
+	drained      []string
+	// calls are the node hooks in order: "cordon HOST", "drain HOST",
+	// "left HOST shutdown=BOOL", "joined HOST".
+	calls []string
+}
+
+func (r *hookRecorder) APIServing(_ string, serving bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.serving = append(r.serving, serving)
+}
+
+func (r *hookRecorder) Cordon(_ context.Context, _, hostname string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.cordoned = append(r.cordoned, hostname)
+	r.calls = append(r.calls, "cordon "+hostname)
+
+	return nil
+}
+
+func (r *hookRecorder) Drain(_ context.Context, _, hostname string, _ time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	r.drained = append(r.drained, hostname)
+	r.calls = append(r.calls, "drain "+hostname)
+
+	return nil
 }
 
 func (r *hookRecorder) Bootstrapped(c talos.Cluster) {
@@ -312,13 +346,38 @@ func (r *hookRecorder) NodeJoined(_ string, n talos.Node) {
 	defer r.mu.Unlock()
 
 	r.joined = append(r.joined, n)
+	r.calls = append(r.calls, "joined "+n.Hostname)
 }
 
-func (r *hookRecorder) NodeLeft(_ string, hostname string) {
+func (r *hookRecorder) NodeLeft(_ string, hostname string, shutdown bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
 	r.left = append(r.left, hostname)
+	r.calls = append(r.calls, fmt.Sprintf("left %s shutdown=%t", hostname, shutdown))
+}
+
+// callsOf returns the recorded node hook calls about hostname.
+func (r *hookRecorder) callsOf(hostname string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	var out []string
+
+	for _, c := range r.calls {
+		if strings.Contains(c, " "+hostname) {
+			out = append(out, c)
+		}
+	}
+
+	return out
+}
+
+func (r *hookRecorder) servingHistory() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	return slices.Clone(r.serving)
 }
 
 func (r *hookRecorder) snapshot() (bootstrapped []talos.Cluster, joined []talos.Node, left []string) {
@@ -359,11 +418,12 @@ func (tc *testCluster) bootstrapCluster(t *testing.T, w *talos.World) *client.Cl
 	return c
 }
 
+// startedMembers counts the voting members whose etcd runs.
 func startedMembers(members []talos.Member) int {
 	n := 0
 
 	for _, m := range members {
-		if m.Started {
+		if m.Started && !m.Learner {
 			n++
 		}
 	}

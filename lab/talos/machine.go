@@ -128,9 +128,12 @@ func (w *World) services(n *node) []*machine.ServiceInfo {
 		states["cri"] = running
 		states["syslogd"] = running
 
-		if n.ready {
+		switch {
+		case n.kubeletStopped:
+			states["kubelet"] = serviceState{state: "Finished", message: "Service finished successfully"}
+		case n.ready:
 			states["kubelet"] = running
-		} else {
+		default:
 			states["kubelet"] = serviceState{state: "Preparing", message: "Running pre state"}
 		}
 
@@ -180,12 +183,21 @@ func (w *World) etcdService(n *node) serviceState {
 		return serviceState{state: "Failed", known: true, message: "the member has been permanently removed from the cluster"}
 	case n.etcdStopped:
 		return serviceState{state: "Finished", message: "Service finished successfully"}
+	case n.etcdStarting:
+		return serviceState{state: "Preparing", message: "Running pre state"}
 	case !n.etcdData:
 		return serviceState{state: "Preparing", message: "Waiting for etcd to be bootstrapped or to join the cluster"}
 	}
 
-	if m := w.findMember(n.cluster, n.memberID); m == nil {
+	m := w.findMember(n.cluster, n.memberID)
+	if m == nil {
 		return serviceState{state: "Running", known: true, message: "member not found in the cluster"}
+	}
+
+	if m.learner {
+		// The health check reads a key through the local member, which a
+		// learner refuses.
+		return serviceState{state: "Running", known: true, message: errNotSupportedForLearner.Error()}
 	}
 
 	if !w.quorum(n.cluster) {
@@ -233,11 +245,13 @@ func (machineServer) Bootstrap(ctx context.Context, _ *machine.BootstrapRequest)
 		return &machine.BootstrapResponse{Messages: []*machine.Bootstrap{{}}}, nil
 	}
 
+	info := clusterInfo(n)
+
 	cl.bootstrapped = true
+	cl.info = info
 	w.addMember(cl, n)
 	w.elect(cl)
 
-	info := clusterInfo(n)
 	w.hooks.push(func(h Hooks) { h.Bootstrapped(info) })
 	w.log.Info("cluster bootstrapped", "cluster", cl.name, "node", n.addr)
 
@@ -298,8 +312,9 @@ func (machineServer) Kubeconfig(_ *emptypb.Empty, srv machine.MachineService_Kub
 	return srv.Send(&common.Data{Bytes: data})
 }
 
-// Reboot answers at once and reboots the node.
-func (machineServer) Reboot(ctx context.Context, _ *machine.RebootRequest) (*machine.RebootResponse, error) {
+// Reboot answers at once and reboots the node; a forced reboot skips the
+// cleanup that shuts the kubelet down gracefully.
+func (machineServer) Reboot(ctx context.Context, req *machine.RebootRequest) (*machine.RebootResponse, error) {
 	c := callOf(ctx)
 	if err := c.lock(); err != nil {
 		return nil, err
@@ -316,14 +331,23 @@ func (machineServer) Reboot(ctx context.Context, _ *machine.RebootRequest) (*mac
 	w.emit(n, actor, &machine.SequenceEvent{Sequence: "reboot", Action: machine.SequenceEvent_START})
 	w.later(n, func() {
 		w.emit(n, actor, &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_REBOOTING})
+
+		if req.GetMode() == machine.RebootRequest_FORCE {
+			w.goDown(n, false)
+			w.powerOn(n, w.opts.RebootDelay)
+
+			return
+		}
+
 		w.reboot(n, 0)
 	})
 
 	return &machine.RebootResponse{Messages: []*machine.Reboot{{ActorId: actor}}}, nil
 }
 
-// Shutdown answers at once and powers the node off.
-func (machineServer) Shutdown(ctx context.Context, _ *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
+// Shutdown answers at once and powers the node off, after cordoning and
+// draining its Node unless forced (v1alpha1_sequencer.go, Shutdown).
+func (machineServer) Shutdown(ctx context.Context, req *machine.ShutdownRequest) (*machine.ShutdownResponse, error) {
 	c := callOf(ctx)
 	if err := c.lock(); err != nil {
 		return nil, err
@@ -334,7 +358,7 @@ func (machineServer) Shutdown(ctx context.Context, _ *machine.ShutdownRequest) (
 	actor := newActorID()
 
 	w.emit(n, actor, &machine.SequenceEvent{Sequence: "shutdown", Action: machine.SequenceEvent_START})
-	w.later(n, func() { w.powerOff(n) })
+	w.drainThen(n, "shutdown", actor, !req.GetForce(), func() { w.powerOff(n, true) })
 
 	return &machine.ShutdownResponse{Messages: []*machine.Shutdown{{ActorId: actor}}}, nil
 }
@@ -381,12 +405,38 @@ func (machineServer) Reset(ctx context.Context, req *machine.ResetRequest) (*mac
 	return &machine.ResetResponse{Messages: []*machine.Reset{{ActorId: actor}}}, nil
 }
 
-// runReset is the reset sequence: a graceful reset of a control plane
-// leaves etcd first; then the disks are wiped and the node powers off or
-// reboots.
+// runReset is Talos's reset sequence (v1alpha1_sequencer.go, Reset): a
+// graceful reset of a node that has registered cordons its Node and drains
+// it (errors only logged); every reset then stops the kubelet, whose
+// graceful node shutdown fails the node's pods, and the VIP operator
+// resigns; a graceful reset of a control plane whose etcd runs leaves etcd
+// (its failure ends the sequence); then the disks are wiped and the node
+// powers off or reboots.
 func (w *World) runReset(n *node, gen uint64, req *machine.ResetRequest, actor string) {
 	if d := w.opts.ShutdownDelay; d > 0 {
 		time.Sleep(d)
+	}
+
+	w.mu.Lock()
+
+	if w.closed || n.gen != gen {
+		w.mu.Unlock()
+
+		return
+	}
+
+	graceful := req.GetGraceful()
+	cl := n.cluster
+	host := n.hostname()
+	// Talos skips the drain of a node whose kubelet never got its client
+	// certificate, that is, never joined.
+	drain := graceful && n.registeredOnce && cl != nil && w.opts.Hooks != nil
+
+	w.mu.Unlock()
+
+	if drain {
+		// Logged only: the reset goes on.
+		_ = w.cordonAndDrain(n, gen, "reset", cl.name, host)
 	}
 
 	w.mu.Lock()
@@ -410,27 +460,56 @@ func (w *World) runReset(n *node, gen uint64, req *machine.ResetRequest, actor s
 		})
 	}
 
-	if n.faults.failReset > 0 {
-		n.faults.failReset--
-		fail(errors.New("reset failed: injected fault"))
+	// cleanup: RemoveAllPods (graceful) or StopAllPods stop the kubelet
+	// after its graceful node shutdown, which has run when they return.
+	w.stopKubelet(n)
+	w.step(n, "kubelet-stopped", nil)
+	w.mu.Unlock()
+	w.hooks.flush()
+	w.mu.Lock()
+
+	if w.closed || n.gen != gen {
 		w.mu.Unlock()
 
 		return
 	}
 
-	leave := req.GetGraceful() && n.controlPlane() && n.etcdData && !n.etcdStopped && !n.etcdFailed
+	if n.faults.failReset > 0 {
+		n.faults.failReset--
+		err := errors.New("reset failed: injected fault")
+		w.step(n, "reset-failed", err)
+		fail(err)
+		w.mu.Unlock()
+
+		return
+	}
+
+	// LeaveEtcd is skipped without etcd data or when the etcd service is
+	// neither running, stopping nor failed.
+	leave := graceful && n.controlPlane() && n.etcdData && !n.etcdStopped
 	w.mu.Unlock()
 
 	if leave {
-		if err := w.leaveEtcd(context.Background(), n, gen); err != nil {
-			w.mu.Lock()
-			if n.gen == gen {
-				fail(fmt.Errorf("failed to leave cluster: %w", err))
-			}
+		err := w.leaveEtcd(context.Background(), n, gen)
+
+		w.mu.Lock()
+
+		if n.gen != gen {
 			w.mu.Unlock()
 
 			return
 		}
+
+		w.step(n, "etcd-leave", err)
+
+		if err != nil {
+			fail(fmt.Errorf("failed to leave cluster: %w", err))
+			w.mu.Unlock()
+
+			return
+		}
+
+		w.mu.Unlock()
 	}
 
 	w.mu.Lock()
@@ -464,8 +543,9 @@ func (w *World) runReset(n *node, gen uint64, req *machine.ResetRequest, actor s
 
 	w.emit(n, actor, &machine.SequenceEvent{Sequence: "reset", Action: machine.SequenceEvent_STOP})
 	w.log.Info("node reset", "node", n.addr, "reboot", req.GetReboot(), "wipe_state", wipeState, "wipe_ephemeral", wipeEphemeral)
+	w.step(n, "wipe", nil)
 
-	w.goDown(n)
+	w.goDown(n, true)
 	n.wipe(wipeState, wipeEphemeral)
 
 	if wipeState {
@@ -479,8 +559,136 @@ func (w *World) runReset(n *node, gen uint64, req *machine.ResetRequest, actor s
 	}
 }
 
-// leaveEtcd removes n's own member, retrying while the cluster is too
-// unhealthy to lose it, as Talos does, for up to EtcdRetry.
+// cordonAndDrain is Talos's CordonAndDrainNode for sequence seq of n:
+// wait (up to CordonTimeout) for the Node to be cordoned, then drain it (up
+// to DrainTimeout). It returns the error that ended it, which the reset
+// only logs and the other sequences fail on.
+func (w *World) cordonAndDrain(n *node, gen uint64, seq, cluster, host string) error {
+	w.hooks.flush()
+
+	ctx, cancel := context.WithTimeout(context.Background(), w.opts.CordonTimeout)
+	err := w.opts.Hooks.Cordon(ctx, cluster, host)
+
+	cancel()
+
+	w.mu.Lock()
+	stale := n.gen != gen
+	if !stale {
+		w.step(n, seq+"-cordon", err)
+	}
+	w.mu.Unlock()
+
+	if stale {
+		return errors.New("the node went down")
+	}
+
+	if err != nil {
+		w.log.Info("the node was not cordoned", "node", n.addr, "sequence", seq, "err", err)
+
+		return fmt.Errorf("waiting for the node to be cordoned: %w", err)
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), w.opts.DrainTimeout)
+	err = w.opts.Hooks.Drain(ctx, cluster, host, w.opts.EvictionRetry)
+
+	cancel()
+
+	w.mu.Lock()
+	if n.gen == gen {
+		w.step(n, seq+"-drain", err)
+	}
+	w.mu.Unlock()
+
+	return err
+}
+
+// drainThen runs, after the shutdown delay, the drain phase of a shutdown
+// or an upgrade (when drain is set and the node has registered), then fn
+// with the world locked, unless the node changed power state meanwhile. A
+// failed drain phase ends the sequence with an error event: the node stays
+// up.
+func (w *World) drainThen(n *node, seq, actor string, drain bool, fn func()) {
+	g := n.gen
+
+	go func() {
+		if d := w.opts.ShutdownDelay; d > 0 {
+			time.Sleep(d)
+		}
+
+		w.mu.Lock()
+
+		if w.closed || n.gen != g || w.nodes[n.addr] != n {
+			w.mu.Unlock()
+
+			return
+		}
+
+		drain = drain && n.registeredOnce && n.cluster != nil && w.opts.Hooks != nil
+		host := n.hostname()
+
+		var cluster string
+		if n.cluster != nil {
+			cluster = n.cluster.name
+		}
+
+		w.mu.Unlock()
+
+		if drain {
+			if err := w.cordonAndDrain(n, g, seq, cluster, host); err != nil {
+				w.mu.Lock()
+				if n.gen == g {
+					w.emit(n, actor, &machine.SequenceEvent{
+						Sequence: seq,
+						Action:   machine.SequenceEvent_STOP,
+						Error:    &common.Error{Code: common.Code_FATAL, Message: err.Error()},
+					})
+				}
+				w.mu.Unlock()
+
+				return
+			}
+		}
+
+		w.mu.Lock()
+		defer w.mu.Unlock()
+
+		if !w.closed && n.gen == g && w.nodes[n.addr] == n {
+			fn()
+		}
+	}()
+}
+
+// stopKubelet stops n's kubelet in the current boot, as a sequence's
+// cleanup phase does, and tears down the kubelet lifecycle (the VIP
+// operator resigns).
+func (w *World) stopKubelet(n *node) {
+	if n.kubeletStopped {
+		return
+	}
+
+	n.kubeletStopped = true
+	w.kubeletGone(n, true)
+	w.settle(n.cluster)
+}
+
+// step records a step of a sequence of n.
+func (w *World) step(n *node, name string, err error) {
+	st := Step{Time: time.Now(), Node: n.addr, Hostname: n.hostname(), Step: name}
+	if n.cluster != nil {
+		st.Cluster = n.cluster.name
+	}
+
+	if err != nil {
+		st.Err = err.Error()
+	}
+
+	w.steps = append(w.steps, st)
+}
+
+// leaveEtcd removes n's own member, as Talos's LeaveCluster does: it
+// retries while etcd answers "unhealthy cluster" (or "server stopped") for
+// up to EtcdRetry, takes "member not found" as done, then stops etcd and
+// deletes its data.
 func (w *World) leaveEtcd(ctx context.Context, n *node, gen uint64) error {
 	deadline := time.Now().Add(w.opts.EtcdRetry)
 
@@ -504,12 +712,13 @@ func (w *World) leaveEtcd(ctx context.Context, n *node, gen uint64) error {
 		err := w.canRemove(cl, n.memberID)
 		if err == nil || errors.Is(err, errMemberNotFound) {
 			id := n.memberID
-			n.etcdData, n.memberID, n.etcdStopped, n.etcdFailed = false, 0, true, false
 
 			if err == nil {
-				w.removeMember(cl, id)
+				w.dropMember(cl, id)
 			}
 
+			n.etcdData, n.memberID, n.etcdStopped, n.etcdFailed = false, 0, true, false
+			w.settle(cl)
 			w.mu.Unlock()
 
 			return nil
@@ -642,6 +851,10 @@ func (machineServer) EtcdMemberList(ctx context.Context, req *machine.EtcdMember
 
 	n := c.node
 
+	if err := localLearner(c.w, n, req.GetQueryLocal()); err != nil {
+		return nil, err
+	}
+
 	msg := &machine.EtcdMembers{}
 
 	for _, m := range n.cluster.members {
@@ -658,6 +871,17 @@ func (machineServer) EtcdMemberList(ctx context.Context, req *machine.EtcdMember
 	return &machine.EtcdMemberListResponse{Messages: []*machine.EtcdMembers{msg}}, nil
 }
 
+// localLearner refuses a call made through the node's own member when that
+// member is a learner, as etcd refuses every call but Status and
+// serializable reads on a learner.
+func localLearner(w *World, n *node, local bool) error {
+	if m := w.findMember(n.cluster, n.memberID); local && m != nil && m.learner {
+		return errNotSupportedForLearner
+	}
+
+	return nil
+}
+
 // EtcdForfeitLeadership moves etcd leadership away from the node when it
 // has it, answering the new leader's name.
 func (machineServer) EtcdForfeitLeadership(ctx context.Context, _ *machine.EtcdForfeitLeadershipRequest) (*machine.EtcdForfeitLeadershipResponse, error) {
@@ -668,6 +892,11 @@ func (machineServer) EtcdForfeitLeadership(ctx context.Context, _ *machine.EtcdF
 	defer c.unlock()
 
 	w, n := c.w, c.node
+
+	// Talos lists the members through the local member first.
+	if err := localLearner(w, n, true); err != nil {
+		return nil, err
+	}
 
 	cl := n.cluster
 	msg := &machine.EtcdForfeitLeadership{}
@@ -736,12 +965,13 @@ func (machineServer) Upgrade(ctx context.Context, req *machine.UpgradeRequest) (
 		}
 	}
 
-	n.nextImage = req.GetImage()
+	image := req.GetImage()
 
 	actor := newActorID()
 	w.emit(n, actor, &machine.SequenceEvent{Sequence: "upgrade", Action: machine.SequenceEvent_START})
-	w.later(n, func() {
-		w.emit(n, actor, &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_UPGRADING})
+	w.emit(n, actor, &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_UPGRADING})
+	w.drainThen(n, "upgrade", actor, true, func() {
+		n.nextImage = image
 		w.reboot(n, w.opts.InstallDelay)
 	})
 
@@ -758,8 +988,15 @@ func (w *World) validateEtcdForUpgrade(cl *cluster) error {
 	}
 
 	for _, m := range cl.members {
-		if !w.started(cl, m) {
+		switch {
+		case m.name == "":
+			return fmt.Errorf("etcd member %016x is not started, all members must be running to perform an upgrade", m.id)
+		case !w.started(cl, m):
 			return fmt.Errorf("etcd member %016x is not healthy; all members must be healthy to perform an upgrade: context deadline exceeded", m.id)
+		case m.learner:
+			// The health check reads through the member, which a learner
+			// refuses.
+			return fmt.Errorf("etcd member %016x is not healthy; all members must be healthy to perform an upgrade: %w", m.id, errNotSupportedForLearner)
 		}
 	}
 

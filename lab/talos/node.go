@@ -49,6 +49,9 @@ type node struct {
 	ready          bool // services up: etcd may run, kubelet may register
 	etcdStopped    bool // left etcd in this boot; it stays out until a reboot
 	etcdFailed     bool // its member was removed under it; etcd fails until wiped
+	etcdStarting   bool // joined as a learner whose etcd has not started yet
+	joinRetry      bool // a refused etcd join is to be tried again
+	kubeletStopped bool // a sequence stopped the kubelet in this boot
 	announced      *Node
 	applyRebooting bool // an apply took the node into a reboot
 	listenTries    int
@@ -240,6 +243,15 @@ func (w *World) bringUp(n *node) {
 	n.ready = false
 	n.etcdStopped = false
 	n.etcdFailed = n.etcdData && n.etcdFailed
+	n.etcdStarting = false
+	n.joinRetry = false
+	n.kubeletStopped = false
+
+	if !n.etcdData {
+		// A learner added in the last boot whose etcd never started left
+		// no data: the node joins again.
+		n.memberID = 0
+	}
 	n.applyRebooting = false
 	n.events = nil
 
@@ -336,8 +348,10 @@ func (w *World) becomeReady(n *node) {
 	w.settle(n.cluster)
 }
 
-// goDown stops the node's API and everything running on it.
-func (w *World) goDown(n *node) {
+// goDown stops the node's API and everything running on it. shutdown
+// tells whether Talos took it down (its kubelet shut down gracefully) or
+// the machine went down under it.
+func (w *World) goDown(n *node, shutdown bool) {
 	n.gen++
 
 	if n.inst != nil {
@@ -350,29 +364,35 @@ func (w *World) goDown(n *node) {
 	}
 
 	n.ready = false
-
-	if n.announced != nil && n.cluster != nil {
-		clusterName, hostname := n.cluster.name, n.announced.Hostname
-		w.hooks.push(func(h Hooks) { h.NodeLeft(clusterName, hostname) })
-	}
-
-	n.announced = nil
+	w.kubeletGone(n, shutdown)
 
 	if n.cluster != nil {
 		w.settle(n.cluster)
 	}
 }
 
-func (w *World) powerOff(n *node) {
-	w.goDown(n)
+// kubeletGone tells Hooks that n's kubelet stopped, if it was registered.
+func (w *World) kubeletGone(n *node, shutdown bool) {
+	if n.announced != nil && n.cluster != nil {
+		clusterName, hostname := n.cluster.name, n.announced.Hostname
+		w.hooks.push(func(h Hooks) { h.NodeLeft(clusterName, hostname, shutdown) })
+	}
+
+	n.announced = nil
+}
+
+// powerOff takes the node down and off: through Talos's shutdown
+// sequence, or by cutting the power.
+func (w *World) powerOff(n *node, shutdown bool) {
+	w.goDown(n, shutdown)
 	n.mode = ModeOff
 	w.log.Info("node powered off", "node", n.addr)
 }
 
-// reboot takes the node down and boots it again after the reboot delay plus
-// extra.
+// reboot takes the node down through Talos's sequence and boots it again
+// after the reboot delay plus extra.
 func (w *World) reboot(n *node, extra time.Duration) {
-	w.goDown(n)
+	w.goDown(n, true)
 	w.powerOn(n, w.opts.RebootDelay+extra)
 }
 

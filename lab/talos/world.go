@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -29,6 +30,36 @@ const (
 	DefaultInstallDelay = 10 * time.Millisecond
 	DefaultRebootDelay  = 10 * time.Millisecond
 	DefaultEtcdRetry    = 200 * time.Millisecond
+
+	DefaultEtcdStartDelay      = 10 * time.Millisecond
+	DefaultLearnerPromoteDelay = 20 * time.Millisecond
+	DefaultEtcdJoinRetry       = 20 * time.Millisecond
+	DefaultCordonTimeout       = time.Second
+	DefaultDrainTimeout        = 2 * time.Second
+	DefaultEvictionRetry       = 50 * time.Millisecond
+)
+
+// The real durations the defaults above scale down, for a lab that wants
+// them (taloslab up's demo does not; scenario tests may).
+const (
+	// TalosEtcdJoinRetry is how often a joining control plane retries
+	// adding its etcd member (services/etcd.go, buildInitialCluster: every
+	// 3 s plus up to 1 s of jitter).
+	TalosEtcdJoinRetry = 3 * time.Second
+	// TalosLearnerPromoteRetry is how often Talos tries to promote its
+	// learner (services/etcd.go, promoteMember: every 15 s for 10 min).
+	TalosLearnerPromoteRetry = 15 * time.Second
+	// TalosCordonTimeout is how long a reset waits for its Node to be
+	// cordoned (v1alpha1_sequencer_tasks.go, waitForNodeCordoned).
+	TalosCordonTimeout = time.Minute
+	// TalosDrainTimeout bounds a drain (pkg/kubernetes, DrainTimeout).
+	TalosDrainTimeout = 5 * time.Minute
+	// TalosEvictionRetry is how long the drain waits before it asks again
+	// for an eviction a disruption budget refused (pkg/kubernetes, evict).
+	TalosEvictionRetry = 5 * time.Second
+	// TalosEtcdLeaveTimeout bounds how long leaving etcd retries
+	// (internal/pkg/etcd, LeaveCluster: every 10 s for 5 min).
+	TalosEtcdLeaveTimeout = 5 * time.Minute
 )
 
 // DefaultBootImage is the boot media a node boots from when Boot is not
@@ -60,8 +91,37 @@ type Options struct {
 	// the node has not joined etcd and its kubelet has not registered.
 	ServicesDelay time.Duration
 	// EtcdRetry bounds how long leaving etcd (EtcdLeaveCluster, a graceful
-	// reset) retries while the cluster is too unhealthy to lose a member.
+	// reset) retries while the cluster is too unhealthy to lose a member
+	// (Talos: TalosEtcdLeaveTimeout).
 	EtcdRetry time.Duration
+	// EtcdStartDelay is the time from a joining control plane's
+	// MemberAddAsLearner until its etcd has started and published its name;
+	// meanwhile the member is a learner without a name.
+	EtcdStartDelay time.Duration
+	// LearnerPromoteDelay is the interval of Talos's attempts to promote
+	// the learner its node added (TalosLearnerPromoteRetry): the first
+	// attempt after it has caught up, one interval after its etcd started,
+	// succeeds when etcd has a leader. Talos gives up after 40 attempts,
+	// and stops when the node's etcd stops: a learner whose node rebooted
+	// before its promotion stays a learner.
+	LearnerPromoteDelay time.Duration
+	// EtcdJoinRetry is how long a control plane whose etcd join was
+	// refused (no leader, a learner already in the cluster, a voting
+	// member not connected, the namesake member not removable) waits
+	// before it tries again (Talos: TalosEtcdJoinRetry).
+	EtcdJoinRetry time.Duration
+	// CordonTimeout bounds how long a graceful reset waits for its Node to
+	// be cordoned before it goes on without draining (Talos:
+	// TalosCordonTimeout).
+	CordonTimeout time.Duration
+	// DrainTimeout bounds the drain of a graceful reset (Talos:
+	// TalosDrainTimeout).
+	DrainTimeout time.Duration
+	// EvictionRetry is how long the drain waits before asking again for an
+	// eviction refused with 429 (Talos: TalosEvictionRetry); it also
+	// scales the drain's wait for an evicted pod to go (Talos polls every
+	// 3 s for up to a minute: 0.6 and 12 times EvictionRetry).
+	EvictionRetry time.Duration
 	// BootImage is the installer image reference whose version a node in
 	// maintenance mode reports. Empty means DefaultBootImage.
 	BootImage string
@@ -96,6 +156,30 @@ func (o Options) withDefaults() Options {
 		o.EtcdRetry = DefaultEtcdRetry
 	}
 
+	if o.EtcdStartDelay <= 0 {
+		o.EtcdStartDelay = DefaultEtcdStartDelay
+	}
+
+	if o.LearnerPromoteDelay <= 0 {
+		o.LearnerPromoteDelay = DefaultLearnerPromoteDelay
+	}
+
+	if o.EtcdJoinRetry <= 0 {
+		o.EtcdJoinRetry = DefaultEtcdJoinRetry
+	}
+
+	if o.CordonTimeout <= 0 {
+		o.CordonTimeout = DefaultCordonTimeout
+	}
+
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+
+	if o.EvictionRetry <= 0 {
+		o.EvictionRetry = DefaultEvictionRetry
+	}
+
 	if o.BootImage == "" {
 		o.BootImage = DefaultBootImage
 	}
@@ -107,20 +191,54 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Hooks is what the World tells the rest of the lab about Kubernetes.
+// Hooks is what the World tells the rest of the lab about Kubernetes, and
+// how its nodes act on the Kubernetes API.
 type Hooks interface {
 	// Bootstrapped is called once per cluster, when its etcd is
 	// bootstrapped and its Kubernetes API comes up.
 	Bootstrapped(c Cluster)
+	// APIServing is called when the cluster's Kubernetes API endpoint
+	// (Cluster.APIAddr) gets a kube-apiserver behind it (serving) or loses
+	// it: the control plane holding its Layer-2 VIP, or for an endpoint
+	// without a VIP a control plane running its kubelet while etcd has a
+	// majority. It follows Bootstrapped, with serving true, once the
+	// endpoint has a holder.
+	APIServing(cluster string, serving bool)
 	// NodeJoined is called when a node's kubelet registers: every time a
-	// node of a bootstrapped cluster comes up, for the nodes already up
-	// when their cluster is bootstrapped, and again when a live config
-	// change alters what it registers (labels, kubelet version).
+	// node of a bootstrapped cluster comes up while the cluster's API is
+	// served, for the nodes already up when their cluster is bootstrapped
+	// or when its API is served again, and again when a live config
+	// change alters what it registers (labels, kubelet version). A node
+	// that registers uncordons its Node if Talos cordoned it, which the
+	// Node's talos.dev/cordoned annotation tells
+	// (NodeApplyController.ApplyCordoned with the machine booting).
 	NodeJoined(cluster string, n Node)
-	// NodeLeft is called when a registered node's kubelet stops because the
-	// node went down (reboot, upgrade, reset, power off). It is not a
-	// deletion: the Node object is the engine's to delete.
-	NodeLeft(cluster string, hostname string)
+	// NodeLeft is called when a registered node's kubelet stops. shutdown
+	// is true when Talos stopped it (reboot, shutdown, upgrade, reset, an
+	// apply with a reboot): Talos first announces the shutdown to the
+	// kubelet, whose graceful node shutdown posts the Node NotReady and
+	// terminates its pods; false when the machine went down under it (power
+	// cut, deleted VM). It is not a deletion: the Node object is the
+	// engine's to delete.
+	NodeLeft(cluster string, hostname string, shutdown bool)
+	// Cordon cordons the Node of a node whose reset (or other sequence that
+	// cordons) began, as Talos's NodeApplyController does: a Node that is
+	// schedulable is marked unschedulable and annotated talos.dev/cordoned
+	// ("true"); a Node already unschedulable is left as it is, without the
+	// annotation. It returns once the Node is unschedulable, or the error
+	// that kept it from being so when ctx ends. Cordon and Drain are
+	// called from the sequence's own goroutine once every hook queued
+	// before them has run, never with the world locked; other hooks may
+	// run meanwhile.
+	Cordon(ctx context.Context, cluster, hostname string) error
+	// Drain evicts the pods of the node's Node through the Kubernetes
+	// eviction API as Talos's drain does (pkg/kubernetes Drain): mirror
+	// pods, pods without a controller and DaemonSet pods are skipped, the
+	// others are evicted in parallel with a 60 s grace period, asking again
+	// every retry while a disruption budget refuses (429), each then
+	// waited for until it is gone. Errors are Talos's to log; ctx bounds
+	// the drain.
+	Drain(ctx context.Context, cluster, hostname string, retry time.Duration) error
 }
 
 // Cluster describes a bootstrapped cluster to Hooks.
@@ -139,6 +257,30 @@ type Cluster struct {
 	// VIP is the address of the bootstrap node's Layer2VIPConfig document;
 	// invalid when there is none.
 	VIP netip.Addr
+}
+
+// APIAddr is where the cluster's Kubernetes API answers: the endpoint's
+// address when it is an IP address (its port, 6443 when none), else the
+// VIP on port 6443; false when it is neither.
+func (c Cluster) APIAddr() (netip.AddrPort, bool) {
+	if c.Endpoint == nil {
+		return netip.AddrPort{}, false
+	}
+
+	port := c.Endpoint.Port()
+	if port == "" {
+		port = "6443"
+	}
+
+	if a, err := netip.ParseAddrPort(net.JoinHostPort(c.Endpoint.Hostname(), port)); err == nil {
+		return a, true
+	}
+
+	if c.VIP.IsValid() {
+		return netip.AddrPortFrom(c.VIP, 6443), true
+	}
+
+	return netip.AddrPort{}, false
 }
 
 // CertKey is a PEM certificate and its PEM private key.
@@ -237,12 +379,56 @@ type ClusterState struct {
 
 // Member is an etcd member.
 type Member struct {
-	ID       uint64
+	ID uint64
+	// Hostname is the member's name: empty for a learner whose etcd has not
+	// started yet, as etcd lists it.
 	Hostname string
 	Addr     netip.Addr
 	Learner  bool
 	// Started reports whether the member's etcd is running.
 	Started bool
+}
+
+// EtcdSnapshot is a cluster's etcd membership right after one change of it
+// or of a member's etcd running or not.
+type EtcdSnapshot struct {
+	Time time.Time
+	// Event is what changed: "bootstrap" (the first member), "add-learner"
+	// (MemberAddAsLearner of a joining control plane), "promote",
+	// "remove", "start" (a member's etcd started) or "stop" (it stopped:
+	// its node went down, left or failed).
+	Event string
+	// Member is the hostname of the node of the member the event is about,
+	// and MemberID its ID.
+	Member   string
+	MemberID uint64
+	// Voters are the voting members, StartedVoters those whose etcd runs,
+	// and Learners the learners, each by the hostname of its node, in the
+	// order they joined.
+	Voters, StartedVoters, Learners []string
+}
+
+// Quorum reports whether the started voters are a majority of the voters,
+// which etcd needs to have a leader and to commit anything.
+func (s EtcdSnapshot) Quorum() bool {
+	return len(s.Voters) > 0 && 2*len(s.StartedVoters) > len(s.Voters)
+}
+
+// Step is one step of a Talos sequence that the lab records: those of a
+// reset ("reset-cordon", "reset-drain", "kubelet-stopped", "etcd-leave",
+// "wipe", or "reset-failed" for an injected failure), and the cordon and
+// drain of a shutdown or an upgrade ("shutdown-cordon", "upgrade-drain"
+// and so on).
+type Step struct {
+	Time     time.Time
+	Node     netip.Addr
+	Hostname string
+	Cluster  string
+	Step     string
+	// Err is the step's error, which Talos logged (cordon, drain) or
+	// which ended the sequence (etcd-leave, an injected failure); empty
+	// when it succeeded.
+	Err string
 }
 
 // Op is one entry of the operation log: one call for one node.
@@ -291,6 +477,7 @@ type World struct {
 	// certificate) get server certificates like trustd issues them.
 	caKeys  map[string][]byte
 	ops     []Op
+	steps   []Step
 	eventID uint64
 
 	hooks *hookQueue
@@ -432,7 +619,7 @@ func (w *World) PowerOff(addr netip.Addr) error {
 		return fmt.Errorf("powering off %s: %w", addr, ErrUnknownNode)
 	}
 
-	w.powerOff(n)
+	w.powerOff(n, false)
 
 	return nil
 }
@@ -452,7 +639,7 @@ func (w *World) Destroy(addr netip.Addr) error {
 		return fmt.Errorf("destroying %s: %w", addr, ErrUnknownNode)
 	}
 
-	w.powerOff(n)
+	w.powerOff(n, false)
 	delete(w.nodes, addr)
 
 	return nil
@@ -574,6 +761,43 @@ func (w *World) EtcdMembers(cluster string) []Member {
 	return w.clusterState(c).Members
 }
 
+// EtcdHistory returns every change of the named cluster's (name or ID)
+// etcd membership and of its members' etcd running, in order, each with
+// the membership right after it; nil for an unknown cluster. A test checks
+// with EtcdSnapshot.Quorum that etcd kept a majority at every moment.
+func (w *World) EtcdHistory(cluster string) []EtcdSnapshot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+	if c == nil {
+		return nil
+	}
+
+	w.noteEtcd(c)
+
+	return slices.Clone(c.history)
+}
+
+// Steps returns the recorded steps of Talos sequences, in order.
+func (w *World) Steps() []Step {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	return slices.Clone(w.steps)
+}
+
+// APIServing reports whether the named cluster's Kubernetes API endpoint
+// has a kube-apiserver behind it now (see Hooks.APIServing).
+func (w *World) APIServing(cluster string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+
+	return c != nil && c.apiServing
+}
+
 func (w *World) findCluster(nameOrID string) *cluster {
 	if c := w.clusters[nameOrID]; c != nil {
 		return c
@@ -668,10 +892,12 @@ func (w *World) NeverBoot(addr netip.Addr) {
 	w.faultsOf(addr).neverBoot = true
 }
 
-// FailReset makes the next n reset sequences of the node at addr fail after
-// the Reset call was accepted, as a failing drain or etcd leave does: the
-// node stays up and in etcd, and the failure shows as a failed "reset"
-// sequence event for the call's actor ID.
+// FailReset makes the next n reset sequences of the node at addr fail
+// after their cleanup phase, where the first phase whose failure ends the
+// sequence comes (the etcd leave of a control plane): the Node is cordoned
+// and drained, the kubelet stopped and the Node NotReady, while the node's
+// API keeps answering and its etcd member stays. The failure shows as a
+// failed "reset" sequence event for the call's actor ID.
 func (w *World) FailReset(addr netip.Addr, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
