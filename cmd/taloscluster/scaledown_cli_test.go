@@ -91,6 +91,7 @@ func TestScenarioKilledScaleDownsResume(t *testing.T) {
 		setCounts(t, dir, 3, 1)
 	}
 	grow()
+	built := time.Now()
 	// Slow enough that a kill lands inside a step rather than between runs.
 	l.PVE.SetLatency("qemu.delete", 300*time.Millisecond)
 	for _, n := range l.Talos.Nodes() {
@@ -150,7 +151,22 @@ func TestScenarioKilledScaleDownsResume(t *testing.T) {
 		t.Fatalf("the converge after the kills: exit %d\n%s\n%s\nearlier runs:\n%s", code, out, errOut, strings.Join(outputs, "\n---\n"))
 	}
 	checkShrunk(t, l, "kills", 3, 1)
-	t.Logf("%d kills, %d scale-downs completed between them", kills, shrunk+1)
+	// At every moment of etcd's history since the first build: a majority
+	// of the voting members healthy, and never two of them down at once.
+	moments := 0
+	for _, s := range l.Talos.EtcdHistory("kills") {
+		if s.Time.Before(built) {
+			continue
+		}
+		moments++
+		if !s.Quorum() || len(s.Voters)-len(s.StartedVoters) > 1 {
+			t.Errorf("at %s (%s %s) etcd had %d voters of which %d started (%v): a majority lost or two members down", s.Time.Format("15:04:05.000"), s.Event, s.Member, len(s.Voters), len(s.StartedVoters), s.StartedVoters)
+		}
+	}
+	if moments == 0 {
+		t.Error("the lab recorded no etcd history during the scale-downs")
+	}
+	t.Logf("%d kills, %d scale-downs completed between them, %d moments of etcd's history checked", kills, shrunk+1, moments)
 }
 
 // checkShrunk checks that exactly the desired machines are left: one VM
