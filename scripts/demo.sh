@@ -48,6 +48,14 @@ echo
 echo "== taloscluster plan (after converge: nothing to do)"
 "$bin/taloscluster" plan -C "$cluster"
 echo
+echo "== scale-down: workers.worker.count 2 -> 1 (drain, reset, Node and VM removed; docs/safety.md)"
+sed -i '/^workers:/,/^[a-z]/ s/^    count: 2$/    count: 1/' "$cluster/cluster.yaml"
+"$bin/taloscluster" plan -C "$cluster" | grep -E '^(Removes|scale-down:|  [-+~=*vx] .*worker-02|Plan:)' || true
+if ! "$bin/taloscluster" converge --yes -C "$cluster" > "$work/scale-down.log" 2>&1; then
+	cat "$work/scale-down.log"; echo "the scale-down failed"; exit 1
+fi
+grep -E 'scale-down|healthy' "$work/scale-down.log"
+echo
 echo "== taloscluster plan of a cluster the Python tool built (examples/proxmox-legacy): only the differences docs/migration.md lists"
 "$bin/taloscluster" plan -C "$TALOSLAB_EXAMPLES/proxmox-legacy" | grep -E '^(refused|Plan|Summary|  [-+~=*] )' | cut -c1-160 || true
 echo
