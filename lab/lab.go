@@ -198,6 +198,20 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		BootDelay: o.BootDelay, InstallDelay: o.InstallDelay, RebootDelay: o.RebootDelay,
 		LearnerPromoteDelay: o.LearnerPromoteDelay, DrainTimeout: o.DrainTimeout, EvictionRetry: o.EvictionRetry,
 		Hooks: (*talosHooks)(l), Logger: o.Logger,
+		OnGuestPowerOff: func(addr netip.Addr) {
+			l.mu.Lock()
+			vmid, found := 0, false
+			for id, a := range l.vmAddr {
+				if a == addr {
+					vmid, found = id, true
+				}
+			}
+			l.mu.Unlock()
+			if found && l.PVE != nil {
+				l.PVE.GuestStopped(vmid)
+				l.event("guest-power-off", fmt.Sprint(vmid), addr.String())
+			}
+		},
 		OnListenError: func(addr netip.Addr, err error) {
 			l.event("api-failed", addr.String(), err.Error())
 			l.fatal(&ListenError{Addr: netip.AddrPortFrom(addr, talos.APIPort), What: "the Talos API of node " + addr.String(), Err: err})

@@ -335,6 +335,17 @@ func TestScaleDownThroughTheLab(t *testing.T) {
 			return nil
 		})
 
+		// The guest powered its machine off: Proxmox lists the VM stopped.
+		eventually(t, "the worker's VM stopped", func() error {
+			for _, v := range c.l.PVE.VMs() {
+				if v.ID == c.vmids[w1] && v.Running {
+					return fmt.Errorf("VM %d (%s) is still running", v.ID, v.Name)
+				}
+			}
+
+			return nil
+		})
+
 		var node *corev1.Node
 
 		for _, n := range k.Nodes() {

@@ -358,7 +358,7 @@ func (machineServer) Shutdown(ctx context.Context, req *machine.ShutdownRequest)
 	actor := newActorID()
 
 	w.emit(n, actor, &machine.SequenceEvent{Sequence: "shutdown", Action: machine.SequenceEvent_START})
-	w.drainThen(n, "shutdown", actor, !req.GetForce(), func() { w.powerOff(n, true) })
+	w.drainThen(n, "shutdown", actor, !req.GetForce(), func() { w.powerOff(n, true); w.guestPoweredOff(n) })
 
 	return &machine.ShutdownResponse{Messages: []*machine.Shutdown{{ActorId: actor}}}, nil
 }
@@ -556,6 +556,16 @@ func (w *World) runReset(n *node, gen uint64, req *machine.ResetRequest, actor s
 		w.powerOn(n, w.opts.RebootDelay)
 	} else {
 		n.mode = ModeOff
+		w.guestPoweredOff(n)
+	}
+}
+
+// guestPoweredOff tells OnGuestPowerOff that n's machine is off. Called
+// with w.mu held; the callback runs on its own goroutine.
+func (w *World) guestPoweredOff(n *node) {
+	if f := w.opts.OnGuestPowerOff; f != nil {
+		addr := n.addr
+		go f(addr)
 	}
 }
 

@@ -135,6 +135,12 @@ type Options struct {
 	// off (NodeState.Mode ModeOff). err wraps the listener's error. It is
 	// called on a goroutine of its own, never with the world locked.
 	OnListenError func(addr netip.Addr, err error)
+	// OnGuestPowerOff, when set, is called when a node powers its machine
+	// off by itself: a reset without a reboot, a shutdown. The machine's
+	// hypervisor then sees its guest stop (Proxmox lists the VM stopped).
+	// It is called on a goroutine of its own, never with the world locked,
+	// and not for a power-off the world was asked for (World.PowerOff).
+	OnGuestPowerOff func(addr netip.Addr)
 	// Logger receives the world's log; nil discards it.
 	Logger *slog.Logger
 }
