@@ -31,6 +31,10 @@ type (
 	resetMachine struct {
 		hostname     string
 		controlPlane bool
+		// evidence is set for a control plane whose Node is gone (a prior
+		// run reset it and its VM delete failed): a reset that fails is
+		// then not fatal, and the etcd check that follows decides.
+		evidence bool
 	}
 	// leftEtcd checks, on a surviving member, that the removed control
 	// plane is no etcd member any more; with remove, a member that is
@@ -310,10 +314,14 @@ func planRemoval(p *plan.Plan, r removal, stay []string, remover Remover, obs *O
 		if cp {
 			reason = "graceful Talos reset: Talos drains, leaves etcd (a failure is fatal: the run stops and the VM is kept), wipes the disk and powers off"
 		}
+		evidence := cp && r.node == nil
+		if evidence {
+			reason = "graceful Talos reset of a control plane whose Node is gone; should it fail, the etcd check that follows decides: the VM goes only if a surviving member shows it left etcd"
+		}
 		add(plan.Change{Domain: plan.DomainTalos, Action: plan.ActionReset,
 			Resource: plan.Resource{Kind: plan.KindMachine, Name: name}, Reason: reason,
 			Attributes: []plan.Attribute{{Key: "address", Value: r.facts.Address}},
-			Expects:    "the node's Talos API answers", Op: resetMachine{hostname: name, controlPlane: cp}})
+			Expects:    "the node's Talos API answers", Op: resetMachine{hostname: name, controlPlane: cp, evidence: evidence}})
 	}
 	if cp {
 		reason := "a surviving member's etcd member list shows that it left"

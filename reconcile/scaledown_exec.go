@@ -180,7 +180,7 @@ func (r *run) reset(ctx context.Context, op resetMachine) error {
 		return fmt.Errorf("%w: %s reports no address any more", ErrPrecondition, op.hostname)
 	}
 	if _, err := tc.Version(ctx, addr); err != nil {
-		if !op.controlPlane && talos.Unreachable(err) {
+		if (!op.controlPlane || op.evidence) && talos.Unreachable(err) {
 			e.say(plan.PhaseScaleDown, "%s no longer answers the Talos API: nothing to reset", op.hostname)
 			return nil
 		}
@@ -196,6 +196,9 @@ func (r *run) reset(ctx context.Context, op resetMachine) error {
 		return nil
 	case ctx.Err() != nil:
 		return err
+	case op.evidence:
+		e.say(plan.PhaseScaleDown, "the reset of control plane %s did not finish (%v); its Node is gone, so the etcd check that follows decides whether its VM may go", op.hostname, err)
+		return nil
 	case op.controlPlane:
 		return retry.Terminal(fmt.Errorf("the graceful reset of control plane %s did not finish: %w; its VM is kept, as a half-reset etcd member must not be deleted; look at the node (talosctl -n %s dmesg, etcd members) before running converge again", op.hostname, err, addr))
 	}

@@ -538,3 +538,36 @@ func TestScenarioRestrictedTokenRefusesScaleDown(t *testing.T) {
 		}
 	}
 }
+
+func TestScenarioNodelessControlPlaneNeedsEtcdEvidence(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "nodeless", 0)
+	_, cs := w.kube(t)
+	cp3 := w.name + "-controlplane-03"
+	// A control plane without its Node, whose reset fails and which is
+	// still an etcd member: the failed reset is not fatal by itself, but
+	// the membership check then keeps its VM.
+	if err := cs.CoreV1().Nodes().Delete(ctx, cp3, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	for _, n := range w.lab.Talos.Nodes() {
+		if n.Hostname == cp3 {
+			addr = n.Addr.String()
+		}
+	}
+	if err := w.lab.Inject(lab.Fault{Kind: "talos-reset-fails", Addr: addr, N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	w.set(t, "controlplane.count", "1")
+	mark := time.Now()
+	err := w.engine(t).Converge(ctx)
+	if reconcile.Settle(err).Outcome != reconcile.Failed || !strings.Contains(err.Error(), "still an etcd member") {
+		t.Fatalf("converge: %v, want a failure: still an etcd member", err)
+	}
+	log := since(w.lab, mark)
+	inOrder(t, log, [3]string{"talos", "Reset", ""}, [3]string{"talos", "EtcdMemberList", ""})
+	if find(log, 0, "proxmox", "qemu.delete", "") >= 0 {
+		t.Fatal("the VM of a control plane that is still an etcd member was deleted")
+	}
+}
