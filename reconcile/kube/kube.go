@@ -258,14 +258,14 @@ func (e *DrainError) Unwrap() error { return ErrDrainTimeout }
 // evicted pod counts as gone when it is deleted, or at once when the node
 // is not Ready (its kubelet cannot finish the deletion).
 func (c *Client) Drain(ctx context.Context, node string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// Each call gets its own bound from ctx; the drain's deadline is
+	// checked between rounds, so a call is never cut short (or refused by
+	// the client's rate limiter) for the drain's sake.
+	deadline := time.Now().Add(timeout)
+	last := &DrainError{Node: node}
 	for {
 		pods, err := c.evictable(ctx, node)
 		if err != nil {
-			if ctx.Err() != nil {
-				return &DrainError{Node: node}
-			}
 			return err
 		}
 		n, _, err := c.Node(ctx, node)
@@ -287,9 +287,6 @@ func (c *Client) Drain(ctx context.Context, node string, timeout time.Duration) 
 					de.Budgets = appendUnique(de.Budgets, err.Error())
 					continue
 				}
-				if ctx.Err() != nil {
-					return de
-				}
 				return err
 			}
 			if n.Ready {
@@ -299,10 +296,15 @@ func (c *Client) Drain(ctx context.Context, node string, timeout time.Duration) 
 		if len(de.Blocked) == 0 && len(de.Terminating) == 0 {
 			return nil
 		}
+		last = de
+		wait := min(time.Second, time.Until(deadline))
+		if wait <= 0 {
+			return last
+		}
 		select {
 		case <-ctx.Done():
-			return de
-		case <-time.After(time.Second):
+			return fmt.Errorf("draining node %s: %w (%w)", node, ctx.Err(), last)
+		case <-time.After(wait):
 		}
 	}
 }
