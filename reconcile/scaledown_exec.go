@@ -168,7 +168,7 @@ func (r *run) drain(ctx context.Context, hostname string) error {
 // member must never be deleted. On a worker the removal goes on.
 func (r *run) reset(ctx context.Context, op resetMachine) error {
 	e := r.e
-	tc, _, err := r.talosClient(ctx)
+	tc, _, err := r.survivorClient(ctx)
 	if err != nil {
 		return err
 	}
@@ -206,11 +206,47 @@ func (r *run) reset(ctx context.Context, op resetMachine) error {
 	return nil
 }
 
+// survivorClient returns a Talos client whose endpoints are the desired
+// control planes that report an address now, in order, and those
+// addresses. Unlike talosClient it does not wait for every desired
+// machine: a scale-down step needs the control planes that stay, and a
+// machine that is down elsewhere must not hold it up.
+func (r *run) survivorClient(ctx context.Context) (*talos.Client, []string, error) {
+	addrs, err := r.addresses(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var cps []string
+	for _, h := range controlPlanes(r.want) {
+		if a := addrs[h]; a != "" {
+			cps = append(cps, a)
+		}
+	}
+	if len(cps) == 0 {
+		return nil, nil, retry.Transient(fmt.Errorf("no control plane that stays reports an address"))
+	}
+	key := strings.Join(cps, ",")
+	if r.tc != nil && r.tcFor == key {
+		return r.tc, cps, nil
+	}
+	b, err := r.identity(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tc, err := talos.Dial(ctx, r.e.Cluster.Name, b, cps)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.close()
+	r.tc, r.tcFor = tc, key
+	return tc, cps, nil
+}
+
 // members reads the etcd members from the first surviving control plane
 // (a desired one: talosClient's endpoints) whose etcd answers; it fails
 // closed when none does.
 func (r *run) members(ctx context.Context) ([]talos.Member, string, error) {
-	tc, cps, err := r.talosClient(ctx)
+	tc, cps, err := r.survivorClient(ctx)
 	if err != nil {
 		return nil, "", err
 	}
@@ -242,7 +278,7 @@ func (r *run) leftEtcd(ctx context.Context, op leftEtcd) error {
 	if !op.remove {
 		return retry.Terminal(fmt.Errorf("%s is still an etcd member after its reset (member list from %s); its VM is kept", op.hostname, from))
 	}
-	tc, _, err := r.talosClient(ctx)
+	tc, _, err := r.survivorClient(ctx)
 	if err != nil {
 		return err
 	}
@@ -271,7 +307,7 @@ func (r *run) leftEtcd(ctx context.Context, op leftEtcd) error {
 // healthy. The Kubernetes API answering says nothing of this.
 func (r *run) etcdSafe(ctx context.Context, op etcdSafe) error {
 	e := r.e
-	tc, _, err := r.talosClient(ctx)
+	tc, _, err := r.survivorClient(ctx)
 	if err != nil {
 		return err
 	}

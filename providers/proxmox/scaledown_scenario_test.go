@@ -500,7 +500,7 @@ func TestScenarioEtcdGateIgnoresTheAPI(t *testing.T) {
 	e.BootTimeout = 3 * time.Second
 	mark := time.Now()
 	err := e.Converge(ctx)
-	if err == nil || !strings.Contains(err.Error(), "controlplane-02") {
+	if err == nil || !strings.Contains(err.Error(), "waiting for a healthy etcd before removing "+w.name+"-controlplane-05") || !strings.Contains(err.Error(), "controlplane-02") {
 		t.Fatalf("converge while a control plane that stays is down: %v, want a stop naming it", err)
 	}
 	for _, e := range since(w.lab, mark) {
