@@ -262,26 +262,31 @@ func (e *Engine) converge(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := e.recheck(ctx, obs.Journal); err != nil {
-		return err
-	}
 	if len(p.Refusals) > 0 {
 		reasons := make([]string, len(p.Refusals))
-		unreachable := false
+		unreachable, waits := false, true
 		for i, r := range p.Refusals {
 			reasons[i] = r.Resource.String() + ": " + r.Reason
 			unreachable = unreachable || r.Resource.Name == unreachableAPI
+			waits = waits && r.Waits
 		}
-		if unreachable {
+		err := fmt.Errorf("%w, nothing was changed: %s", ErrRefused, strings.Join(reasons, "; "))
+		switch {
+		case unreachable:
 			// The API may answer again: worth another try later.
 			return retry.Transient(fmt.Errorf("%w (%w), nothing was changed: %s", ErrRefused, ErrUnreachable, strings.Join(reasons, "; ")))
+		case waits:
+			return retry.Waiting(strings.Join(reasons, "; "), waitingRetry, err)
 		}
-		return fmt.Errorf("%w, nothing was changed: %s", ErrRefused, strings.Join(reasons, "; "))
+		return err
 	}
 	if e.Approve != nil {
 		if err := e.Approve(p); err != nil {
 			return err
 		}
+	}
+	if err := e.recheck(ctx, obs.Journal); err != nil {
+		return err
 	}
 	for _, w := range p.Warnings {
 		e.say(plan.PhaseValidate, "warning: %s", w)

@@ -23,8 +23,7 @@ type (
 	// stays in the cluster after all, and Talos never uncordons a node it
 	// did not cordon itself.
 	uncordonNode struct{ hostname string }
-	// drainNode evicts the node's pods. ready is how the plan saw the
-	// node: "True", "False", "Unknown" or "".
+	// drainNode evicts the node's pods.
 	drainNode struct{ hostname string }
 	// resetMachine resets a node gracefully through Talos; on a control
 	// plane that makes it leave etcd, and a failure is fatal.
@@ -45,11 +44,13 @@ type (
 		remove   bool
 	}
 	// etcdSafe is the health gate before a control plane goes: etcd
-	// answers from a surviving member, no learner, and every member that
-	// stays runs a healthy etcd.
+	// answers from a surviving member; every control plane that stays is
+	// a voting member and runs a healthy etcd; no other member is there
+	// but those being removed (now or later), and no learner but theirs.
 	etcdSafe struct {
 		removing string
 		stay     []string
+		queued   []string
 	}
 	// deleteNode deletes the Kubernetes Node object.
 	deleteNode struct{ hostname string }
@@ -125,6 +126,9 @@ func removals(want *Desired, obs *Observation) (out []removal, warnings []string
 		m := m
 		r.vm, r.role = &m, m.Role
 	}
+	// Names left alone: a Ready Node of no owned VM runs somewhere; its
+	// etcd member, if any, is not the engine's to remove.
+	alone := map[string]bool{}
 	for _, n := range obs.Kube.Nodes {
 		if desired[n.Name] {
 			continue
@@ -132,9 +136,10 @@ func removals(want *Desired, obs *Observation) (out []removal, warnings []string
 		if _, _, ok := nodeName(c.Name, n.Name); !ok {
 			continue
 		}
-		r, owned := byName[n.Name]
-		if !owned && n.Ready {
-			warnings = append(warnings, fmt.Sprintf("Kubernetes node %s is named like a machine of the cluster but is neither in cluster.yaml nor a VM of the cluster, and it is Ready (its kubelet runs somewhere): left alone; remove it by hand if it should not be there", n.Name))
+		r, hasVM := byName[n.Name] // only VMs are in byName yet
+		if !hasVM && n.Ready {
+			alone[n.Name] = true
+			warnings = append(warnings, fmt.Sprintf("Kubernetes node %s is named like a machine of the cluster but is neither in cluster.yaml nor a VM of the cluster, and it is Ready (its kubelet runs somewhere): left alone, with its etcd member if it has one; remove it by hand if it should not be there", n.Name))
 			continue
 		}
 		if r == nil {
@@ -147,7 +152,18 @@ func removals(want *Desired, obs *Observation) (out []removal, warnings []string
 		}
 	}
 	for _, m := range obs.Etcd.Members {
-		if m.Hostname == "" || desired[m.Hostname] {
+		if m.Hostname == "" {
+			// A learner that has not started: whose it is, its peer
+			// address tells.
+			for _, r := range byName {
+				if r.vm != nil && len(r.vm.Addresses) > 0 && m.Is(r.hostname, r.vm.Addresses[0].String()) {
+					m := m
+					r.member, r.role = &m, spec.RoleControlPlane
+				}
+			}
+			continue
+		}
+		if desired[m.Hostname] || alone[m.Hostname] {
 			continue
 		}
 		if _, _, ok := nodeName(c.Name, m.Hostname); !ok {
@@ -218,7 +234,14 @@ func planScaleDown(p *plan.Plan, want *Desired, obs *Observation, infra Infra) {
 	if refuseQuorum(p, want, obs, rs) {
 		return
 	}
-	stay := controlPlanes(want)
+	// The control planes that stay and exist now: one created by this
+	// run comes later, in the compute phase.
+	var stay []string
+	for _, h := range controlPlanes(want) {
+		if _, ok := machineNamed(obs.Inventory, h); ok {
+			stay = append(stay, h)
+		}
+	}
 	for i, r := range rs {
 		var later []string
 		for _, o := range rs[i+1:] {
@@ -226,7 +249,7 @@ func planScaleDown(p *plan.Plan, want *Desired, obs *Observation, infra Infra) {
 				later = append(later, o.hostname)
 			}
 		}
-		planRemoval(p, r, append(slices.Clone(stay), later...), remover, obs)
+		planRemoval(p, r, stay, later, remover, obs)
 	}
 }
 
@@ -256,9 +279,10 @@ func refuseQuorum(p *plan.Plan, want *Desired, obs *Observation, rs []removal) b
 }
 
 // planRemoval adds the steps that remove one machine, in order: cordon,
-// drain, reset, the etcd check, the Node, the VM. stay are the control
-// planes that remain after this removal.
-func planRemoval(p *plan.Plan, r removal, stay []string, remover Remover, obs *Observation) {
+// drain, reset, the etcd check, the Node, the VM. stay are the desired
+// control planes that exist; queued the control planes removed after this
+// one.
+func planRemoval(p *plan.Plan, r removal, stay, queued []string, remover Remover, obs *Observation) {
 	name := r.hostname
 	cp := r.role == spec.RoleControlPlane
 	add := func(ch plan.Change) {
@@ -278,19 +302,24 @@ func planRemoval(p *plan.Plan, r removal, stay []string, remover Remover, obs *O
 		ready = r.node.Condition
 	}
 	addressless := r.vm != nil && len(r.vm.Addresses) == 0 && r.vm.Running
+	// A Node still Ready (or of unknown readiness) for a machine that
+	// cannot be reached is not a dead node: its address was not found,
+	// or it went down less than the node-monitor grace period ago. That
+	// changes on its own; until it does, nothing of it is removed.
+	notReady := r.node != nil && (r.node.Condition == "False" || r.node.Condition == "Unknown")
 	switch {
-	case r.node != nil && addressless && r.node.Condition != "False" && r.node.Condition != "Unknown":
-		p.Refuse(plan.Resource{Kind: plan.KindMachine, Name: name}, fmt.Sprintf("%s reports no address but its Node is %s: that is a failure to discover its address, not a dead node; it is not removed until its address is known or its Node is NotReady", name, readyText(ready)))
+	case r.node != nil && addressless && !notReady:
+		p.RefuseForNow(plan.Resource{Kind: plan.KindMachine, Name: name}, fmt.Sprintf("%s reports no address but its Node is %s: that is a failure to discover its address, not a dead node; it is not removed until its address is known or its Node is NotReady", name, readyText(ready)))
 		return
-	case r.node != nil && r.vm != nil && r.vm.Running && !addressless && !r.answers() && r.node.Ready:
-		p.Refuse(plan.Resource{Kind: plan.KindMachine, Name: name}, fmt.Sprintf("%s is Ready in Kubernetes but its Talos API does not answer (%s): it cannot be reset safely; it is not removed until it answers or its Node is NotReady", name, r.facts.Unknown))
+	case r.node != nil && r.vm != nil && r.vm.Running && !addressless && !r.answers() && !notReady:
+		p.RefuseForNow(plan.Resource{Kind: plan.KindMachine, Name: name}, fmt.Sprintf("%s is %s in Kubernetes but its Talos API does not answer (%s): it cannot be reset safely; it is not removed until it answers or its Node is NotReady", name, readyText(ready), r.facts.Unknown))
 		return
 	}
 	if cp && r.answers() {
 		add(plan.Change{Domain: plan.DomainGate, Action: plan.ActionWait,
 			Resource: plan.Resource{Kind: plan.KindCluster, Name: "etcd"},
-			Reason:   fmt.Sprintf("before %s goes: etcd answers from a surviving member, has no learner, and %s run a healthy etcd (the Kubernetes API answering is not enough)", name, strings.Join(stay, ", ")),
-			Expects:  "etcd is healthy", Op: etcdSafe{removing: name, stay: stay}})
+			Reason:   fmt.Sprintf("before %s goes: etcd answers from a surviving member and %s run a healthy etcd as voting members, with no other member or learner but those being removed (the Kubernetes API answering is not enough)", name, strings.Join(stay, ", ")),
+			Expects:  "etcd is healthy", Op: etcdSafe{removing: name, stay: stay, queued: queued}})
 	}
 	if r.node != nil {
 		if !r.node.Unschedulable {

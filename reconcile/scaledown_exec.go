@@ -26,6 +26,10 @@ const (
 	// waitingRetry is when a run that waits on a PodDisruptionBudget is
 	// worth trying again.
 	waitingRetry = time.Minute
+	// memberListLag bounds how long a member that should have left etcd
+	// may still be listed by the member read from (a follower applies the
+	// removal a moment after the leader).
+	memberListLag = 5 * time.Second
 )
 
 func (e *Engine) drainTimeout() time.Duration {
@@ -191,6 +195,9 @@ func (r *run) reset(ctx context.Context, op resetMachine) error {
 	e.say(plan.PhaseScaleDown, "resetting %s (%s) gracefully", op.hostname, addr)
 	err = tc.ResetOnce(rctx, addr, true)
 	switch {
+	case errors.Is(err, talos.ErrResetNotStarted):
+		// Nothing happened on the node: worth another try.
+		return retry.Transient(err)
 	case err == nil:
 		e.say(plan.PhaseScaleDown, "%s is reset and powered off", op.hostname)
 		return nil
@@ -262,43 +269,99 @@ func (r *run) members(ctx context.Context) ([]talos.Member, string, error) {
 }
 
 // leftEtcd makes sure the removed control plane is no etcd member any
-// more, as a surviving member sees it; with remove, a member still listed
-// is removed by its id, unless its own etcd still runs.
+// more, as a surviving member sees it. A member still listed is removed by
+// its id through the survivors only with proof that its own etcd does not
+// run: its VM is gone or stopped, or its Talos API answers and its etcd
+// service is not running. Without that proof the machine is kept and the
+// run stops. A list read just after a reset may lag a moment behind the
+// leave: it is read again for up to memberListLag.
 func (r *run) leftEtcd(ctx context.Context, op leftEtcd) error {
 	e := r.e
-	ms, from, err := r.members(ctx)
+	deadline := time.Now().Add(min(e.readBudget(), memberListLag))
+	var (
+		ms   []talos.Member
+		from string
+		i    int
+	)
+	for {
+		var err error
+		ms, from, err = r.members(ctx)
+		if err != nil {
+			return fmt.Errorf("%w; %s is kept until its membership is known", err, op.hostname)
+		}
+		addr, _ := r.machineAddress(ctx, op.hostname)
+		i = slices.IndexFunc(ms, func(m talos.Member) bool { return m.Is(op.hostname, addr) })
+		if i < 0 {
+			e.say(plan.PhaseScaleDown, "etcd on %s lists no member %s", from, op.hostname)
+			return nil
+		}
+		if op.remove || time.Now().After(deadline) {
+			break
+		}
+		if err := retry.Sleep(ctx, e.poll()); err != nil {
+			return err
+		}
+	}
+	why, proven, err := r.etcdStopped(ctx, op.hostname)
 	if err != nil {
-		return fmt.Errorf("%w; %s is kept until its membership is known", err, op.hostname)
+		return retry.Transient(fmt.Errorf("%s is still an etcd member (list from %s) and whether its etcd runs could not be read: %w; it is kept", op.hostname, from, err))
 	}
-	i := slices.IndexFunc(ms, func(m talos.Member) bool { return m.Hostname == op.hostname })
-	if i < 0 {
-		e.say(plan.PhaseScaleDown, "etcd on %s lists no member %s", from, op.hostname)
-		return nil
-	}
-	if !op.remove {
-		return retry.Terminal(fmt.Errorf("%s is still an etcd member after its reset (member list from %s); its VM is kept", op.hostname, from))
+	if !proven {
+		return retry.Terminal(fmt.Errorf("%s is still an etcd member (list from %s) and %s: it must leave through a graceful reset, or its VM be stopped, before it can be removed; its VM is kept", op.hostname, from, why))
 	}
 	tc, _, err := r.survivorClient(ctx)
 	if err != nil {
 		return err
 	}
-	if addr, err := r.machineAddress(ctx, op.hostname); err == nil && addr != "" {
-		if s, ok, err := tc.Service(ctx, addr, "etcd"); err == nil && ok && s.State == "Running" {
-			return retry.Terminal(fmt.Errorf("%s is still an etcd member and its etcd runs: it must leave through a graceful reset, not be removed; its VM is kept", op.hostname))
-		}
-	}
-	e.say(plan.PhaseScaleDown, "removing etcd member %s (id %x) through %s", op.hostname, ms[i].ID, from)
-	if err := tc.RemoveMember(ctx, from, ms[i].ID); err != nil && status.Code(errors.Unwrap(err)) != codes.NotFound && status.Code(err) != codes.NotFound {
-		return fmt.Errorf("%w; %s is kept", err, op.hostname)
+	id := ms[i].ID
+	e.say(plan.PhaseScaleDown, "removing etcd member %s (id %x) through %s: %s", op.hostname, id, from, why)
+	if err := tc.RemoveMember(ctx, from, id); err != nil && status.Code(errors.Unwrap(err)) != codes.NotFound {
+		// etcd refuses a removal the members that stay could not
+		// survive; that may change once they are healthy.
+		return retry.Transient(fmt.Errorf("%w; %s is kept", err, op.hostname))
 	}
 	ms, from, err = r.members(ctx)
 	if err != nil {
 		return fmt.Errorf("%w; %s is kept until its membership is known", err, op.hostname)
 	}
-	if slices.ContainsFunc(ms, func(m talos.Member) bool { return m.Hostname == op.hostname }) {
-		return fmt.Errorf("etcd on %s still lists %s after its removal; it is kept", from, op.hostname)
+	if slices.ContainsFunc(ms, func(m talos.Member) bool { return m.ID == id }) {
+		return retry.Transient(fmt.Errorf("etcd on %s still lists %s after its removal; it is kept", from, op.hostname))
 	}
 	return nil
+}
+
+// etcdStopped looks for proof that a machine's etcd does not run: its VM
+// is gone or stopped, or its Talos API answers and etcd is not running
+// there. why says what was found; err is set when it could not be read.
+func (r *run) etcdStopped(ctx context.Context, hostname string) (why string, proven bool, err error) {
+	inv, err := r.e.Infra.Observe(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	m, ok := machineNamed(inv, hostname)
+	switch {
+	case !ok:
+		return "its VM is gone", true, nil
+	case !m.Running:
+		return "its VM is stopped", true, nil
+	case len(m.Addresses) == 0:
+		return "its VM runs but reports no address, so whether its etcd runs cannot be seen", false, nil
+	}
+	tc, _, err := r.survivorClient(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	addr := m.Addresses[0].String()
+	s, found, err := tc.Service(ctx, addr, "etcd")
+	switch {
+	case err != nil && talos.Unreachable(err):
+		return fmt.Sprintf("its VM runs but its Talos API does not answer (%v), so whether its etcd runs cannot be seen", err), false, nil
+	case err != nil:
+		return "", false, err
+	case !found || s.State != "Running":
+		return fmt.Sprintf("etcd does not run on it (%s)", s.State), true, nil
+	}
+	return "its etcd runs", false, nil
 }
 
 // etcdSafe waits until etcd can lose the control plane about to go: the
@@ -314,15 +377,18 @@ func (r *run) etcdSafe(ctx context.Context, op etcdSafe) error {
 	ctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
 	defer cancel()
 	lastReport := time.Now()
-	var unreadSince time.Time
+	last := ""
 	for {
 		why := r.etcdUnsafe(ctx, tc, op)
+		if ctx.Err() != nil && last != "" {
+			// The look was cut short by the deadline: the last whole one
+			// says why.
+			why = last
+		}
+		last = why
 		if why == "" {
 			e.say(plan.PhaseScaleDown, "etcd is healthy on %s: %s may go", strings.Join(op.stay, ", "), op.removing)
 			return nil
-		}
-		if unreadSince.IsZero() {
-			unreadSince = time.Now()
 		}
 		if time.Since(lastReport) >= e.reportEvery() {
 			lastReport = time.Now()
@@ -343,14 +409,23 @@ func (r *run) etcdUnsafe(ctx context.Context, tc *talos.Client, op etcdSafe) str
 	if err != nil {
 		return "the machines' addresses could not be read: " + err.Error()
 	}
+	going := append([]string{op.removing}, op.queued...)
+	isOne := func(m talos.Member, hosts []string) bool {
+		return slices.ContainsFunc(hosts, func(h string) bool { return m.Is(h, addrs[h]) })
+	}
 	var reasons []string
 	for _, m := range ms {
-		if m.Learner {
-			reasons = append(reasons, fmt.Sprintf("member %s (id %x) is a learner", m.Hostname, m.ID))
+		switch {
+		case isOne(m, op.stay):
+		case isOne(m, going):
+			// Being removed: it need not be healthy, and may be a
+			// learner.
+		default:
+			reasons = append(reasons, fmt.Sprintf("etcd member %q (id %x) is neither a control plane that stays nor one being removed", m.Hostname, m.ID))
 		}
 	}
 	for _, h := range op.stay {
-		if !slices.ContainsFunc(ms, func(m talos.Member) bool { return m.Hostname == h && !m.Learner }) {
+		if !slices.ContainsFunc(ms, func(m talos.Member) bool { return m.Is(h, addrs[h]) && !m.Learner }) {
 			reasons = append(reasons, fmt.Sprintf("%s is not a voting member (list from %s)", h, from))
 			continue
 		}

@@ -126,6 +126,24 @@ func TestScaleDownPlan(t *testing.T) {
 		{"a node cordoned by someone else is left cordoned", func(o *reconcile.Observation) {
 			o.Kube.Nodes[len(o.Kube.Nodes)-1].Unschedulable = true
 		}, nil, "", ""},
+		{"a Ready node whose Talos API does not answer waits", func(o *reconcile.Observation) {
+			extra(o, w2, spec.RoleWorker, 40)
+			f := o.Nodes[w2]
+			f.Unknown = "connection refused"
+			o.Nodes[w2] = f
+		}, nil, "Talos API does not answer", ""},
+		{"a Ready Node of no VM keeps its etcd member", func(o *reconcile.Observation) {
+			o.Kube.Nodes = append(o.Kube.Nodes, kube.Node{Name: cp4, Ready: true, Condition: "True", Labels: map[string]string{"node-role.kubernetes.io/control-plane": ""}})
+			o.Etcd.Members = append(o.Etcd.Members, talos.Member{ID: 77, Hostname: cp4})
+		}, nil, "", "Kubernetes node " + cp4 + " is named like a machine of the cluster"},
+		{"a learner without a name is its machine's, by its peer address", func(o *reconcile.Observation) {
+			extra(o, cp4, spec.RoleControlPlane, 50)
+			o.Etcd.Members[len(o.Etcd.Members)-1] = talos.Member{ID: 50, Learner: true, PeerURLs: []string{"https://192.168.50.50:2380"}}
+		}, []string{"wait cluster etcd", "update node " + cp4, "drain node " + cp4, "reset machine " + cp4, "delete etcd-member " + cp4, "delete node " + cp4, "delete machine " + cp4}, "", ""},
+		{"a control plane without its Node is reset, then its membership decides", func(o *reconcile.Observation) {
+			extra(o, cp4, spec.RoleControlPlane, 50)
+			o.Kube.Nodes = o.Kube.Nodes[:len(o.Kube.Nodes)-1]
+		}, []string{"wait cluster etcd", "reset machine " + cp4, "delete etcd-member " + cp4, "delete machine " + cp4}, "", ""},
 		{"an interrupted reset is shown as resumed", func(o *reconcile.Observation) {
 			extra(o, w2, spec.RoleWorker, 40)
 			o.Journal = []state.Entry{{Op: "reset machine", Target: w2}}
@@ -144,6 +162,11 @@ func TestScaleDownPlan(t *testing.T) {
 				if !refusedWith(p, tt.refusal) {
 					t.Fatalf("refusals %v, want one with %q", p.Refusals, tt.refusal)
 				}
+				for _, r := range p.Refusals {
+					if !r.Waits {
+						t.Errorf("refusal %q does not wait: a node whose state is settling changes on its own", r.Reason)
+					}
+				}
 				return
 			}
 			if len(p.Refusals) > 0 {
@@ -161,6 +184,35 @@ func TestScaleDownPlan(t *testing.T) {
 				t.Error("the resumed removal does not say so")
 			}
 		})
+	}
+}
+
+// TestScaleDownGateStaysWithExistingControlPlanes: a control plane this
+// run creates (later, in the compute phase) is not one the etcd gate
+// waits for before a removal.
+func TestScaleDownGateStaysWithExistingControlPlanes(t *testing.T) {
+	t.Parallel()
+	want, obs := converged(t)
+	name := want.Cluster.Name
+	// cluster.yaml renames nothing but replaces controlplane-03 by a
+	// fourth: 01, 02 and 04 are desired, 03 exists and goes.
+	cp3 := name + "-controlplane-03"
+	for i, m := range want.Machines {
+		if m.Hostname == cp3 {
+			want.Machines[i].Hostname = name + "-controlplane-04"
+		}
+	}
+	p, err := reconcile.Plan(want, obs, removerInfra{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range p.Changes {
+		if ch.Resource.Name == "etcd" && strings.Contains(ch.Reason, "controlplane-04") {
+			t.Fatalf("the etcd gate waits for a control plane that does not exist yet: %s", ch.Reason)
+		}
+	}
+	if !slices.Contains(steps(p), "reset machine "+cp3) {
+		t.Fatalf("no removal of %s: %v", cp3, steps(p))
 	}
 }
 

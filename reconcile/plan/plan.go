@@ -125,6 +125,10 @@ type Refusal struct {
 	Resource Resource `json:"resource"`
 	// Reason says why the change is refused and what to do instead.
 	Reason string `json:"reason"`
+	// Waits is set when what is refused is a condition that changes on its
+	// own (a node still shutting down): converge then ends as waiting and
+	// is worth running again, rather than failed.
+	Waits bool `json:"waits,omitempty"`
 }
 
 // Plan is everything converge would do to one cluster at one commit.
@@ -231,7 +235,17 @@ func (p *Plan) Unread(what, reason string) {
 
 // Refuse records a refused change to r. The same refusal is not repeated.
 func (p *Plan) Refuse(r Resource, reason string) {
-	ref := Refusal{Resource: r, Reason: reason}
+	p.addRefusal(Refusal{Resource: r, Reason: reason})
+}
+
+// RefuseForNow records a refusal of a condition that changes on its own,
+// such as a node whose state is still settling: a run refused only by such
+// refusals waits and is tried again.
+func (p *Plan) RefuseForNow(r Resource, reason string) {
+	p.addRefusal(Refusal{Resource: r, Reason: reason, Waits: true})
+}
+
+func (p *Plan) addRefusal(ref Refusal) {
 	if slices.Contains(p.Refusals, ref) {
 		return
 	}

@@ -11,6 +11,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 )
 
+// ErrResetNotStarted is returned when the node did not take the reset
+// (the call failed, or another sequence runs): nothing happened on it.
+var ErrResetNotStarted = errors.New("the reset did not start")
+
 // ErrResetFailed is returned when a node reports that its reset sequence
 // stopped with an error: the node is still up, half-reset (cordoned, its
 // kubelet stopped) and, on a control plane, possibly still an etcd member.
@@ -36,7 +40,7 @@ func (c *Client) Reset(ctx context.Context, node string, graceful bool) error {
 	})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("resetting %s: %w", node, classify(err))
+		return fmt.Errorf("resetting %s: %w: %w", node, ErrResetNotStarted, classify(err))
 	}
 	actor := ""
 	for _, m := range resp.GetMessages() {
@@ -45,7 +49,7 @@ func (c *Client) Reset(ctx context.Context, node string, graceful bool) error {
 		}
 	}
 	if actor == "" {
-		return fmt.Errorf("resetting %s: the node accepted the reset without naming its sequence, so its outcome cannot be followed", node)
+		return fmt.Errorf("resetting %s: %w: the node accepted the reset without naming its sequence, so its outcome cannot be followed", node, ErrResetNotStarted)
 	}
 	return c.followReset(ctx, node, actor)
 }
@@ -76,14 +80,17 @@ func (c *Client) followReset(ctx context.Context, node, actor string) error {
 			return nil
 		}
 	}
+	// The stream ended without a stop event: the node went away while
+	// resetting, the stream broke, or the time ran out. Only a node that
+	// no longer answers has finished its reset (a failed reset leaves it
+	// up); it is asked once more, under a bound of its own.
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer pcancel()
+	if _, verr := c.Version(pctx, node); verr != nil && Unreachable(verr) {
+		return nil
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("resetting %s: no end of the reset was seen: %w", node, context.Cause(ctx))
-	}
-	// The stream ended without a stop event: the node went away while
-	// resetting, or the stream broke. Only a node that no longer answers
-	// has finished its reset.
-	if _, verr := c.Version(ctx, node); verr != nil && Unreachable(verr) {
-		return nil
 	}
 	if errors.Is(err, io.EOF) {
 		err = errors.New("the event stream ended")

@@ -223,6 +223,27 @@ type Member struct {
 	ID       uint64
 	Hostname string
 	Learner  bool
+	// PeerURLs are the member's peer URLs (https://<address>:2380): a
+	// learner that has not started has no name yet, only these.
+	PeerURLs []string
+}
+
+// Is reports whether the member is the machine of that hostname and
+// address: by its name, or, for a member without one yet, by the host of
+// a peer URL.
+func (m Member) Is(hostname, address string) bool {
+	if m.Hostname != "" {
+		return m.Hostname == hostname
+	}
+	if address == "" {
+		return false
+	}
+	for _, u := range m.PeerURLs {
+		if h, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(u, "https://"), "http://")); err == nil && h == address {
+			return true
+		}
+	}
+	return false
 }
 
 // EtcdMembers lists the etcd members as a control plane sees them.
@@ -236,7 +257,7 @@ func (c *Client) EtcdMembers(ctx context.Context, node string) ([]Member, error)
 	var out []Member
 	for _, m := range resp.GetMessages() {
 		for _, mem := range m.GetMembers() {
-			out = append(out, Member{ID: mem.GetId(), Hostname: mem.GetHostname(), Learner: mem.GetIsLearner()})
+			out = append(out, Member{ID: mem.GetId(), Hostname: mem.GetHostname(), Learner: mem.GetIsLearner(), PeerURLs: mem.GetPeerUrls()})
 		}
 	}
 	return out, nil
