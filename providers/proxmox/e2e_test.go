@@ -32,6 +32,8 @@ type world struct {
 	dir  string
 	net  netip.Prefix
 	name string
+	// addrs remembers Talos addresses by hostname (nodeAddr).
+	addrs map[string]string
 }
 
 // newWorld starts a lab and writes a cluster directory pointing at it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,8 +24,11 @@ import (
 	"github.com/taloscluster/taloscluster/lab"
 	labkube "github.com/taloscluster/taloscluster/lab/kube"
 	"github.com/taloscluster/taloscluster/lab/pve"
+	labtalos "github.com/taloscluster/taloscluster/lab/talos"
 	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/talos"
 )
 
 // Scale-down scenarios: each proves one rule of docs/safety.md against the
@@ -250,6 +254,9 @@ func TestScenarioDisruptionBudgetMakesTheRunWait(t *testing.T) {
 func TestScenarioControlPlanesOneAtATime(t *testing.T) {
 	t.Parallel()
 	w, ctx := built(t, "cpdown", 0)
+	vm3, vm2 := w.vm(t, w.name+"-controlplane-03").ID, w.vm(t, w.name+"-controlplane-02").ID
+	w.nodeAddr(t, w.name+"-controlplane-03")
+	w.nodeAddr(t, w.name+"-controlplane-02")
 	w.set(t, "controlplane.count", "1")
 	mark := time.Now()
 	if err := w.engine(t).Converge(ctx); err != nil {
@@ -258,12 +265,14 @@ func TestScenarioControlPlanesOneAtATime(t *testing.T) {
 	log := since(w.lab, mark)
 	cp3, cp2 := w.name+"-controlplane-03", w.name+"-controlplane-02"
 	inOrder(t, log,
-		[3]string{"talos", "Reset", ""},
+		[3]string{"talos", "EtcdMemberList", ""}, // the gate before controlplane-03
+		[3]string{"talos", "Reset", w.nodeAddr(t, cp3)},
 		[3]string{"kubernetes", "delete nodes", cp3},
-		[3]string{"proxmox", "qemu.delete", ""},
-		[3]string{"talos", "Reset", ""},
+		[3]string{"proxmox", "qemu.delete", "/qemu/" + strconv.Itoa(vm3)},
+		[3]string{"talos", "EtcdMemberList", ""}, // the gate before controlplane-02
+		[3]string{"talos", "Reset", w.nodeAddr(t, cp2)},
 		[3]string{"kubernetes", "delete nodes", cp2},
-		[3]string{"proxmox", "qemu.delete", ""},
+		[3]string{"proxmox", "qemu.delete", "/qemu/" + strconv.Itoa(vm2)},
 	)
 	members := w.lab.Talos.EtcdMembers(w.name)
 	if len(members) != 1 {
@@ -324,6 +333,26 @@ func TestScenarioFailedControlPlaneResetKeepsTheVM(t *testing.T) {
 	if n := len(w.lab.Talos.EtcdMembers(w.name)); n != 3 {
 		t.Fatalf("%d etcd members, want 3 (nothing left etcd)", n)
 	}
+}
+
+// nodeAddr returns the Talos address of the machine of that hostname,
+// remembered from the first look (a reset node forgets its name).
+func (w *world) nodeAddr(t *testing.T, hostname string) string {
+	t.Helper()
+	if a, ok := w.addrs[hostname]; ok {
+		return a
+	}
+	for _, n := range w.lab.Talos.Nodes() {
+		if n.Hostname == hostname {
+			if w.addrs == nil {
+				w.addrs = map[string]string{}
+			}
+			w.addrs[hostname] = n.Addr.String()
+			return n.Addr.String()
+		}
+	}
+	t.Fatalf("no Talos node %s", hostname)
+	return ""
 }
 
 // vm returns the lab's VM of that name.
@@ -469,8 +498,11 @@ func TestScenarioUnreadableMembersKeepTheMachine(t *testing.T) {
 	}
 	mark := time.Now()
 	err = e.Converge(ctx)
-	if err == nil {
-		t.Fatal("converge removed a dead control plane without reading the etcd members")
+	if err == nil || !strings.Contains(err.Error(), "etcd-member "+cp3) || !strings.Contains(err.Error(), "could not be read from any surviving control plane") {
+		t.Fatalf("converge without the etcd members: %v, want the etcd-member step of %s to stop on the unread list", err, cp3)
+	}
+	if s := reconcile.Settle(err); s.Outcome != reconcile.Transient {
+		t.Errorf("outcome %s, want transient: the members may be read again", s.Outcome)
 	}
 	log := since(w.lab, mark)
 	if find(log, 0, "proxmox", "qemu.delete", "") >= 0 || find(log, 0, "talos", "EtcdRemoveMemberByID", "") >= 0 {
@@ -569,5 +601,63 @@ func TestScenarioNodelessControlPlaneNeedsEtcdEvidence(t *testing.T) {
 	inOrder(t, log, [3]string{"talos", "Reset", ""}, [3]string{"talos", "EtcdMemberList", ""})
 	if find(log, 0, "proxmox", "qemu.delete", "") >= 0 {
 		t.Fatal("the VM of a control plane that is still an etcd member was deleted")
+	}
+}
+
+// TestScenarioResumedResetIsFollowedNotRepeated: a run killed while a
+// node resets leaves the reset running on the node; the next run follows
+// that reset to its end instead of asking for a second one.
+func TestScenarioResumedResetIsFollowedNotRepeated(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "resume", 2)
+	victim := w.name + "-worker-02"
+	addr := w.nodeAddr(t, victim)
+	k, cs := w.kube(t)
+	// A budget holds Talos's own drain for its whole timeout (two
+	// seconds in the lab), so the reset runs for a while.
+	if _, err := k.AddPod(labkube.Pod{Node: victim, Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := os.ReadFile(filepath.Join(w.dir, "talossecrets.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := machineconfig.ParseSecrets("talossecrets.yaml", secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := talos.Dial(ctx, w.name, bundle, []string{w.nodeAddr(t, w.name+"-controlplane-01")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	// The first run asks for the reset and dies while it runs.
+	killed, kill := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer kill()
+	if err := tc.Reset(killed, addr, true); err == nil {
+		t.Fatal("the reset ended within 300ms, though a budget holds its drain")
+	}
+	// The next run.
+	if err := tc.ResetOnce(ctx, addr, true); err != nil {
+		t.Fatalf("resuming the reset: %v", err)
+	}
+	resets := 0
+	for _, op := range w.lab.Talos.Log() {
+		if op.Short() == "Reset" && op.Node.String() == addr {
+			resets++
+		}
+	}
+	if resets != 1 {
+		t.Fatalf("%d Reset calls for %s, want 1: the running reset is followed, not asked for again", resets, victim)
+	}
+	if st, _ := w.lab.Talos.Node(netip.MustParseAddr(addr)); st.Mode != labtalos.ModeOff {
+		t.Fatalf("%s after the followed reset: %s, want off", victim, st.Mode)
 	}
 }
