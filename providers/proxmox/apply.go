@@ -71,6 +71,8 @@ func (p *Provider) Apply(ctx context.Context, want *reconcile.Desired, ch plan.C
 		return p.withVM(ctx, op.hostname, p.finalize)
 	case deleteVM:
 		return p.withVMID(ctx, op.hostname, op.id, p.deleteVM)
+	case deleteOrphanISO:
+		return p.deleteOrphanISO(ctx, op)
 	}
 	return fmt.Errorf("proxmox: no operation for %s %s", ch.Action, ch.Resource)
 }

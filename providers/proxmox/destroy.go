@@ -32,6 +32,7 @@ func (p *Provider) planDestroy(inv *inventory) []plan.Change {
 			Attributes: []plan.Attribute{{Key: "node", Value: v.node}, {Key: "vmid", Value: fmt.Sprint(v.id)}},
 			Op:         deleteVM{hostname: v.name, id: v.id}})
 	}
+	out = append(out, p.planOrphanISOs(plan.PhaseDestroy, inv, nil)...)
 	if inv.poolExists {
 		out = append(out, plan.Change{Phase: plan.PhaseDestroy, Domain: plan.DomainProvider, Action: plan.ActionDelete,
 			Resource: plan.Resource{Kind: plan.KindResourcePool, Name: p.poolName()},
@@ -53,10 +54,36 @@ func (p *Provider) deleteVM(ctx context.Context, v *vm) error {
 	}
 	storage := p.c.Proxmox.CIDataStorage
 	volid := p.cidataVolume(v.name)
-	if ok, err := p.hasVolume(ctx, v.node, storage, volid); err == nil && ok {
+	ok, err := p.hasVolume(ctx, v.node, storage, volid)
+	if err != nil {
+		return fmt.Errorf("VM %s is deleted, but whether its config ISO is left could not be read (the next run deletes it): %w", v.name, err)
+	}
+	if ok {
 		if err := taskDone(p.api.DeleteWithTask(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", v.node, storage, volid))); err != nil {
 			return fmt.Errorf("deleting the config ISO of %s: %w", v.name, err)
 		}
+	}
+	return nil
+}
+
+// deleteOrphanISO deletes a config ISO whose machine is gone. Its
+// precondition, read again now: no VM of that name exists.
+func (p *Provider) deleteOrphanISO(ctx context.Context, op deleteOrphanISO) error {
+	obs, err := p.Observe(ctx)
+	if err != nil {
+		return err
+	}
+	inv := obs.(*inventory)
+	if inv.owned[op.hostname] != nil || inv.duplicates[op.hostname] != nil {
+		return fmt.Errorf("%w: VM %s exists now; its config ISO is its own", reconcile.ErrPrecondition, op.hostname)
+	}
+	if !inv.isos[op.node+"/"+op.volid] {
+		return nil // gone meanwhile
+	}
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	if err := taskDone(p.api.DeleteWithTask(ctx, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", op.node, p.c.Proxmox.CIDataStorage, op.volid))); err != nil {
+		return fmt.Errorf("deleting the config ISO %s left by %s: %w", op.volid, op.hostname, err)
 	}
 	return nil
 }

@@ -463,6 +463,8 @@ func (p *Provider) stepNeeds(ch plan.Change, ids map[string]int, zone string) []
 			{privs: []string{"VM.Allocate"}, paths: path, why: "delete VM", of: op.hostname},
 			storage(px.CIDataStorage, "Datastore.Allocate", "delete the config ISO of", op.hostname),
 		}
+	case deleteOrphanISO:
+		return []need{storage(px.CIDataStorage, "Datastore.Allocate", "delete the config ISO left by", op.hostname)}
 	}
 	return nil
 }

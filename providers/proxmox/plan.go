@@ -60,6 +60,10 @@ type (
 	}
 	// deletePool deletes the emptied resource pool.
 	deletePool struct{}
+	// deleteOrphanISO deletes the config ISO of a machine that has no VM
+	// any more and that cluster.yaml does not have (a run was killed
+	// between deleting the VM and its config ISO).
+	deleteOrphanISO struct{ node, volid, hostname string }
 )
 
 // bootISO returns the boot ISO's file name and schematic: one per Talos
@@ -473,6 +477,49 @@ func (p *Provider) planFinalize(want *reconcile.Desired, inv *inventory) []plan.
 			Resource: plan.Resource{Kind: plan.KindCIData, Name: m.Hostname},
 			Reason:   "the node is installed: detach the boot and config ISOs and delete the config ISO (it holds the machine config)",
 			Expects:  "the VM exists", Op: finalize{hostname: m.Hostname}})
+	}
+	desired := map[string]bool{}
+	for _, m := range want.Machines {
+		desired[m.Hostname] = true
+	}
+	return append(out, p.planOrphanISOs(plan.PhaseHealth, inv, desired)...)
+}
+
+// planOrphanISOs deletes the config ISOs of this cluster's machines that
+// have no VM and are not desired: they hold a machine config (the
+// cluster's keys, for a control plane). A name is the cluster's when it is
+// <cluster>-<pool>-NN for one of its pools, so another cluster whose name
+// starts with this one's is not touched.
+func (p *Provider) planOrphanISOs(phase plan.Phase, inv *inventory, desired map[string]bool) []plan.Change {
+	pools := map[string]bool{}
+	for _, pool := range p.c.Pools() {
+		pools[pool.Name] = true
+	}
+	prefix := p.c.Proxmox.CIDataStorage + ":iso/cidata-"
+	var out []plan.Change
+	for _, key := range slices.Sorted(maps.Keys(inv.isos)) {
+		node, volid, _ := strings.Cut(key, "/")
+		host, ok := strings.CutPrefix(volid, prefix)
+		if !ok {
+			continue
+		}
+		host, ok = strings.CutSuffix(host, ".iso")
+		if !ok || desired[host] || inv.owned[host] != nil || inv.duplicates[host] != nil {
+			continue
+		}
+		rest, ok := strings.CutPrefix(host, p.c.Name+"-")
+		i := strings.LastIndexByte(rest, '-')
+		if !ok || i <= 0 || !pools[rest[:i]] {
+			continue
+		}
+		if _, err := strconv.Atoi(rest[i+1:]); err != nil {
+			continue
+		}
+		out = append(out, plan.Change{Phase: phase, Domain: plan.DomainProvider, Action: plan.ActionDelete,
+			Resource:   plan.Resource{Kind: plan.KindCIData, Name: host},
+			Reason:     "a config ISO left behind by a machine that is gone: it holds a machine config",
+			Attributes: []plan.Attribute{{Key: "node", Value: node}, {Key: "volume", Value: volid}},
+			Expects:    "no VM named " + host + " exists", Op: deleteOrphanISO{node: node, volid: volid, hostname: host}})
 	}
 	return out
 }

@@ -1,7 +1,10 @@
 package proxmox_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"mime/multipart"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -660,4 +663,72 @@ func TestScenarioResumedResetIsFollowedNotRepeated(t *testing.T) {
 	if st, _ := w.lab.Talos.Node(netip.MustParseAddr(addr)); st.Mode != labtalos.ModeOff {
 		t.Fatalf("%s after the followed reset: %s, want off", victim, st.Mode)
 	}
+}
+
+// TestScenarioOrphanedConfigISOIsDeleted: a config ISO of a machine that
+// has no VM and is not desired (a run was killed between deleting a VM
+// and its ISO, or a create failed) holds a machine config: converge and
+// destroy delete it. One of another cluster whose name starts with this
+// one's is left alone.
+func TestScenarioOrphanedConfigISOIsDeleted(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "orphan", 1)
+	upload := func(name string) {
+		t.Helper()
+		var body bytes.Buffer
+		mw := multipart.NewWriter(&body)
+		_ = mw.WriteField("content", "iso")
+		fw, err := mw.CreateFormFile("filename", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = fw.Write([]byte("machine config"))
+		_ = mw.Close()
+		client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.lab.PVEURL+"/api2/json/nodes/pve1/storage/local/upload", &body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "PVEAPIToken="+w.lab.TokenID+"="+w.lab.TokenSecret)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("upload %s: %s", name, resp.Status)
+		}
+		waitFor(t, name+" uploaded", func() bool { return hasVolume(w, "local:iso/"+name) })
+	}
+	mine, theirs := "cidata-"+w.name+"-worker-07.iso", "cidata-"+w.name+"-x-worker-01.iso"
+	upload(mine)
+	upload(theirs)
+	p, err := w.engine(t).Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(p.Changes, func(ch plan.Change) bool {
+		return ch.Resource.Kind == plan.KindCIData && ch.Action == plan.ActionDelete && ch.Resource.Name == w.name+"-worker-07"
+	}) {
+		t.Fatalf("the orphaned config ISO is not deleted by the plan: %s", p.Summary())
+	}
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("converge: %v", err)
+	}
+	if hasVolume(w, "local:iso/"+mine) {
+		t.Error("the orphaned config ISO is still there")
+	}
+	if !hasVolume(w, "local:iso/"+theirs) {
+		t.Error("the config ISO of another cluster was deleted")
+	}
+}
+
+func hasVolume(w *world, volid string) bool {
+	for _, v := range w.lab.PVE.Volumes() {
+		if v.VolID == volid {
+			return true
+		}
+	}
+	return false
 }
