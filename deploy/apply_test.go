@@ -268,6 +268,21 @@ func checkAccess(ctx context.Context, t *testing.T, client kubernetes.Interface)
 			t.Errorf("%s may %s %s.%s in %q: %v, want %v (%s)", user, a.verb, a.resource, a.group, a.namespace, got.Status.Allowed, want, got.Status.Reason)
 		}
 	}
+	// The authorizer sees a new Role and RoleBinding through its informers,
+	// a moment after they were created: wait until the first access is
+	// granted (bounded) before asking the rest.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: groups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Group: allowed[0].group, Resource: allowed[0].resource, Verb: allowed[0].verb, Namespace: allowed[0].namespace},
+		}}
+		got, err := client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+		if err == nil && got.Status.Allowed || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for _, a := range allowed {
 		check(a, true)
 	}
