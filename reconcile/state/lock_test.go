@@ -126,8 +126,9 @@ func TestLockWaitsForTheHolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Waiting is bounded by the context.
-			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			// Waiting is bounded by the context (long enough for a first
+			// read of the Lease on a busy machine).
+			short, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			_, _, err = open().Lock(short, prodA, "taloscluster converge", true)
 			if !errors.Is(err, state.ErrLocked) || !errors.Is(err, context.DeadlineExceeded) {
