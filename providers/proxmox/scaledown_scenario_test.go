@@ -532,7 +532,8 @@ func TestScenarioEtcdGateIgnoresTheAPI(t *testing.T) {
 	w.stopVM(t, w.name+"-controlplane-02")
 	w.set(t, "controlplane.count", "3")
 	e := w.engine(t)
-	e.BootTimeout = 3 * time.Second
+	// Long enough for a few whole looks at etcd on a busy machine.
+	e.BootTimeout = 10 * time.Second
 	mark := time.Now()
 	err := e.Converge(ctx)
 	if err == nil || !strings.Contains(err.Error(), "waiting for a healthy etcd before removing "+w.name+"-controlplane-05") || !strings.Contains(err.Error(), "controlplane-02") {
