@@ -244,21 +244,28 @@ func (r *run) talosClient(ctx context.Context) (*talos.Client, []string, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	key := strings.Join(cps, ",")
+	tc, err := r.dial(ctx, cps)
+	return tc, cps, err
+}
+
+// dial returns the run's Talos client with the given endpoints, made
+// again only when they changed.
+func (r *run) dial(ctx context.Context, endpoints []string) (*talos.Client, error) {
+	key := strings.Join(endpoints, ",")
 	if r.tc != nil && r.tcFor == key {
-		return r.tc, cps, nil
+		return r.tc, nil
 	}
 	b, err := r.identity(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	tc, err := talos.Dial(ctx, r.e.Cluster.Name, b, cps)
+	tc, err := talos.Dial(ctx, r.e.Cluster.Name, b, endpoints)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	r.close()
 	r.tc, r.tcFor = tc, key
-	return tc, cps, nil
+	return tc, nil
 }
 
 // writeTalosconfig writes talosconfig with the control planes' addresses.

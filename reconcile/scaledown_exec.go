@@ -232,21 +232,8 @@ func (r *run) survivorClient(ctx context.Context) (*talos.Client, []string, erro
 	if len(cps) == 0 {
 		return nil, nil, retry.Transient(fmt.Errorf("no control plane that stays reports an address"))
 	}
-	key := strings.Join(cps, ",")
-	if r.tc != nil && r.tcFor == key {
-		return r.tc, cps, nil
-	}
-	b, err := r.identity(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	tc, err := talos.Dial(ctx, r.e.Cluster.Name, b, cps)
-	if err != nil {
-		return nil, nil, err
-	}
-	r.close()
-	r.tc, r.tcFor = tc, key
-	return tc, cps, nil
+	tc, err := r.dial(ctx, cps)
+	return tc, cps, err
 }
 
 // members reads the etcd members from the first surviving control plane

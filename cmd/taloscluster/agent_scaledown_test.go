@@ -3,22 +3,13 @@ package main
 import (
 	"strings"
 	"testing"
-
-	policyv1 "k8s.io/api/policy/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
-
-	labkube "github.com/taloscluster/taloscluster/lab/kube"
 )
 
-// TestScenarioAgentScaleDownPullRequest: a pull request that lowers a pool's
-// count shows the removal first in its plan comment, before the steps;
-// its merge is converged without a question (the review was the
-// confirmation), and the status says so.
-func TestScenarioAgentScaleDownPullRequest(t *testing.T) {
-	t.Parallel()
-	w := newAgentWorld(t, "127.79.0.0/24")
+// twoWorkers starts an agent world on net whose default branch has two
+// workers, converged.
+func twoWorkers(t *testing.T, net string) *agentWorld {
+	t.Helper()
+	w := newAgentWorld(t, net)
 	two := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
 	main, err := w.repo.Commit("main", map[string]string{"clusters/demo/cluster.yaml": two}, "two workers")
 	if err != nil {
@@ -30,6 +21,16 @@ func TestScenarioAgentScaleDownPullRequest(t *testing.T) {
 	if n := len(w.lab.PVE.VMs()); n != 5 {
 		t.Fatalf("%d VMs after the first converge, want 5", n)
 	}
+	return w
+}
+
+// TestScenarioAgentScaleDownPullRequest: a pull request that lowers a pool's
+// count shows the removal first in its plan comment, before the steps;
+// its merge is converged without a question (the review was the
+// confirmation), and the status says so.
+func TestScenarioAgentScaleDownPullRequest(t *testing.T) {
+	t.Parallel()
+	w := twoWorkers(t, "127.79.0.0/24")
 	head, err := w.repo.Commit("shrink", map[string]string{"clusters/demo/cluster.yaml": w.cluster}, "one worker")
 	if err != nil {
 		t.Fatal(err)
@@ -72,37 +73,12 @@ func TestScenarioAgentScaleDownPullRequest(t *testing.T) {
 // nothing was reset or deleted.
 func TestScenarioAgentWaitsOnABudget(t *testing.T) {
 	t.Parallel()
-	w := newAgentWorld(t, "127.80.0.0/24")
-	two := strings.Replace(w.cluster, "count: 1\n", "count: 2\n", 1)
-	main, err := w.repo.Commit("main", map[string]string{"clusters/demo/cluster.yaml": two}, "two workers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.pollUntil(t, "the first converge", func() bool {
-		return w.status(main, "taloscluster/converge: clusters/demo") == "success"
-	})
+	w := twoWorkers(t, "127.80.0.0/24")
 	k, ok := w.lab.Kube("demo")
 	if !ok {
 		t.Fatal("no Kubernetes API")
 	}
-	if _, err := k.AddPod(labkube.Pod{Node: "demo-worker-02", Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := k.AdminConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := intstr.FromInt32(1)
-	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(t.Context(), &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "db"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	guardedIn(t, k, "demo-worker-02")
 	shrink, err := w.repo.Commit("main", map[string]string{"clusters/demo/cluster.yaml": w.cluster}, "one worker")
 	if err != nil {
 		t.Fatal(err)

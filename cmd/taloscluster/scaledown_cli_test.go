@@ -231,7 +231,18 @@ func TestScenarioBlockedDrainExitsThree(t *testing.T) {
 		t.Fatalf("converge of a scale-down without a terminal or --yes: exit %d\n%s", code, errOut)
 	}
 	k, _ := l.Kube("waits")
-	if _, err := k.AddPod(labkube.Pod{Node: "waits-worker-02", Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
+	guardedIn(t, k, "waits-worker-02")
+	code, _, errOut = cli(t, "converge", "--yes", "--drain-timeout", "2s", "-C", dir)
+	if code != 3 || !strings.Contains(errOut, "PodDisruptionBudget") {
+		t.Fatalf("converge blocked by a budget: exit %d, want 3 naming the budget\n%s", code, errOut)
+	}
+}
+
+// guardedIn puts a StatefulSet pod on node with a PodDisruptionBudget that
+// lets none of its pods go: its eviction is refused (429) for good.
+func guardedIn(t *testing.T, k *labkube.Server, node string) {
+	t.Helper()
+	if _, err := k.AddPod(labkube.Pod{Node: node, Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := k.AdminConfig()
@@ -248,9 +259,5 @@ func TestScenarioBlockedDrainExitsThree(t *testing.T) {
 		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	code, _, errOut = cli(t, "converge", "--yes", "--drain-timeout", "2s", "-C", dir)
-	if code != 3 || !strings.Contains(errOut, "PodDisruptionBudget") {
-		t.Fatalf("converge blocked by a budget: exit %d, want 3 naming the budget\n%s", code, errOut)
 	}
 }

@@ -219,16 +219,7 @@ func TestScenarioDisruptionBudgetMakesTheRunWait(t *testing.T) {
 	w, ctx := built(t, "pdb", 2)
 	k, cs := w.kube(t)
 	victim := w.name + "-worker-02"
-	if _, err := k.AddPod(labkube.Pod{Node: victim, Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
-		t.Fatal(err)
-	}
-	one := intstr.FromInt32(1)
-	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "db"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	guarded(t, k, cs, victim)
 	w.set(t, "workers.worker.count", "1")
 	e := w.engine(t)
 	e.DrainTimeout = 2 * time.Second
@@ -619,16 +610,7 @@ func TestScenarioResumedResetIsFollowedNotRepeated(t *testing.T) {
 	k, cs := w.kube(t)
 	// A budget holds Talos's own drain for its whole timeout (two
 	// seconds in the lab), so the reset runs for a while.
-	if _, err := k.AddPod(labkube.Pod{Node: victim, Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
-		t.Fatal(err)
-	}
-	one := intstr.FromInt32(1)
-	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
-		ObjectMeta: metav1.ObjectMeta{Name: "db"},
-		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	guarded(t, k, cs, victim)
 	secrets, err := os.ReadFile(filepath.Join(w.dir, "talossecrets.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -732,4 +714,20 @@ func hasVolume(w *world, volid string) bool {
 		}
 	}
 	return false
+}
+
+// guarded puts a StatefulSet pod on node with a PodDisruptionBudget that
+// lets none of its pods go: its eviction is refused (429) for good.
+func guarded(t *testing.T, k *labkube.Server, cs kubernetes.Interface, node string) {
+	t.Helper()
+	if _, err := k.AddPod(labkube.Pod{Node: node, Labels: map[string]string{"app": "db"}, OwnerKind: "StatefulSet", OwnerName: "db"}); err != nil {
+		t.Fatal(err)
+	}
+	one := intstr.FromInt32(1)
+	if _, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(t.Context(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "db"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
