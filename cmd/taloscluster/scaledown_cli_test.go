@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -260,4 +263,73 @@ func guardedIn(t *testing.T, k *labkube.Server, node string) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestScenarioConfirmationOnATerminal: on a terminal, converge shows the
+// plan with its removals first and asks; any answer but "yes" changes
+// nothing, "yes" goes on.
+func TestScenarioConfirmationOnATerminal(t *testing.T) {
+	t.Parallel()
+	l, dir := labCluster(t, "127.56.0.0/24", "asks", 2)
+	if code, out, errOut := cli(t, "converge", "--yes", "-C", dir); code != 0 {
+		t.Fatalf("first build exit %d:\n%s\n%s", code, out, errOut)
+	}
+	setCounts(t, dir, 3, 1)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(answer string) (int, string) {
+		t.Helper()
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			t.Skipf("no pseudo-terminal here: %v", err)
+		}
+		defer ptmx.Close()
+		proc := exec.Command(exe, "converge", "-C", dir)
+		proc.Env = append(os.Environ(), envRunMain+"=1")
+		var out syncBuffer
+		proc.Stdin, proc.Stdout, proc.Stderr = tty, &out, &out
+		if err := proc.Start(); err != nil {
+			t.Fatal(err)
+		}
+		tty.Close()
+		// The terminal echoes and is read by nobody else: drain it.
+		go func() { _, _ = io.Copy(io.Discard, ptmx) }()
+		deadline := time.Now().Add(60 * time.Second)
+		for !strings.Contains(out.String(), "Type yes to go on") {
+			if time.Now().After(deadline) {
+				_ = proc.Process.Kill()
+				t.Fatalf("converge never asked:\n%s", out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := ptmx.Write([]byte(answer + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		err = proc.Wait()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		return proc.ProcessState.ExitCode(), out.String()
+	}
+	before := len(l.PVE.Log())
+	code, out := ask("no")
+	if code != 1 || !strings.Contains(out, "not confirmed: nothing was changed") {
+		t.Fatalf("answer no: exit %d\n%s", code, out)
+	}
+	removes, steps := strings.Index(out, "Removes 1 machine"), strings.Index(out, "scale-down:")
+	if removes < 0 || steps < 0 || removes > steps || !strings.Contains(out, "asks-worker-02") {
+		t.Errorf("the question does not show the removal before the steps:\n%s", out)
+	}
+	for _, op := range l.PVE.Log()[before:] {
+		if op.Method != "GET" {
+			t.Errorf("an unconfirmed converge called %s %s", op.Method, op.Path)
+		}
+	}
+	if code, out := ask("yes"); code != 0 {
+		t.Fatalf("answer yes: exit %d\n%s", code, out)
+	}
+	checkShrunk(t, l, "asks", 3, 1)
 }
