@@ -299,6 +299,7 @@ func (e *Engine) converge(ctx context.Context) error {
 	}
 	switch {
 	case n == 0 && p.Incomplete:
+		// Nothing to run, but not "no changes": the end says why.
 	case n == 0 && len(p.Warnings) > 0:
 		e.say(plan.PhaseHealth, "nothing to change; %d warning(s) above", len(p.Warnings))
 		return nil

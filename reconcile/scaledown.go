@@ -183,14 +183,20 @@ func removals(want *Desired, obs *Observation) (out []removal, warnings []string
 		}
 		out = append(out, *r)
 	}
+	// The order of the groups removals go in.
+	const (
+		workers = iota
+		unreachableControlPlanes
+		liveControlPlanes
+	)
 	group := func(r removal) int {
 		switch {
 		case r.role != spec.RoleControlPlane:
-			return 0
+			return workers
 		case !r.answers():
-			return 1
+			return unreachableControlPlanes
 		}
-		return 2
+		return liveControlPlanes
 	}
 	slices.SortFunc(out, func(a, b removal) int {
 		if c := cmp.Compare(group(a), group(b)); c != 0 {
