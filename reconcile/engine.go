@@ -198,14 +198,21 @@ func Endpoint(c *spec.Cluster) (string, netip.Addr) {
 }
 
 // Desired returns what the cluster should be: its machines, and their
-// machine configs when the cluster identity exists.
+// machine configs when the cluster identity exists, at the versions
+// cluster.yaml names.
 func (e *Engine) Desired(ctx context.Context) (*Desired, error) {
+	return e.desired(ctx, nil)
+}
+
+// desired is Desired with each existing node's config made at the
+// versions it runs, as obs found them (nil: cluster.yaml's versions).
+func (e *Engine) desired(ctx context.Context, obs *Observation) (*Desired, error) {
 	want := &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster), Configs: map[string][]byte{}}
 	bundle, err := e.bundle(ctx)
 	if err != nil || bundle == nil {
 		return want, err
 	}
-	return want, e.configs(want, bundle)
+	return want, e.configs(want, bundle, obs)
 }
 
 // Plan observes the cluster and returns what Converge would do, without
@@ -226,12 +233,16 @@ func OfflinePlan(c *spec.Cluster, warnings []spec.Problem, infra Infra) (*plan.P
 	return Plan(want, Offline(infra), infra, warnings)
 }
 
+// observe reads the cluster, then what it should be. A node that exists
+// gets its config at the Talos and Kubernetes versions it runs: a version
+// change is a step (or a refusal) of its own, never hidden in a config
+// diff, and a config is never baked at a version the node has not reached.
 func (e *Engine) observe(ctx context.Context) (*Desired, *Observation, error) {
-	want, err := e.Desired(ctx)
+	obs, err := e.Observe(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	obs, err := e.Observe(ctx)
+	want, err := e.desired(ctx, obs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -364,12 +375,22 @@ func (e *Engine) recheck(ctx context.Context, open []state.Entry) error {
 	return nil
 }
 
-// configs generates the machine config of every desired machine.
-func (e *Engine) configs(want *Desired, bundle *secrets.Bundle) error {
+// configs generates the machine config of every desired machine: a new
+// one at cluster.yaml's versions, one that exists at those it runs (obs;
+// nil for none).
+func (e *Engine) configs(want *Desired, bundle *secrets.Bundle, obs *Observation) error {
 	endpoint, vip := Endpoint(e.Cluster)
-	in := machineconfig.Input{Cluster: e.Cluster, Secrets: bundle, Endpoint: endpoint, VIP: vip}
 	for _, m := range want.Machines {
+		in := machineconfig.Input{Cluster: e.Cluster, Secrets: bundle, Endpoint: endpoint, VIP: vip}
+		in.TalosVersion, in.KubernetesVersion = runningVersions(obs, m.Hostname)
 		cfg, err := machineconfig.Generate(in, m)
+		if err != nil && (in.TalosVersion != "" || in.KubernetesVersion != "") {
+			// A version this build cannot write configs for (a Talos
+			// outside its range): the node's version is refused by the
+			// planner; its config is compared at cluster.yaml's.
+			in.TalosVersion, in.KubernetesVersion = "", ""
+			cfg, err = machineconfig.Generate(in, m)
+		}
 		if err != nil {
 			return err
 		}
@@ -380,6 +401,40 @@ func (e *Engine) configs(want *Desired, bundle *secrets.Bundle) error {
 		want.Configs[m.Hostname] = data
 	}
 	return nil
+}
+
+// runningVersions returns the Talos and Kubernetes versions a machine runs
+// as obs found them: Talos's from its API, Kubernetes's from the kubelet
+// image its running config names, else the API server's for a machine
+// that exists; "" for what is not known (cluster.yaml's then).
+func runningVersions(obs *Observation, hostname string) (talosVersion, kubeVersion string) {
+	if obs == nil || obs.Offline {
+		return "", ""
+	}
+	if _, exists := machineNamed(obs.Inventory, hostname); !exists {
+		return "", ""
+	}
+	n, ok := obs.Nodes[hostname]
+	if ok && n.Unknown == "" && !n.Maintenance {
+		talosVersion = n.Version
+		if cfg, err := machineconfig.Parse(n.Config); n.Config != nil && err == nil && cfg.Machine() != nil {
+			if _, tag, found := strings.Cut(lastSegment(cfg.Machine().Kubelet().Image()), ":"); found {
+				kubeVersion = tag
+			}
+		}
+	}
+	if kubeVersion == "" && obs.Kube.Unknown == "" {
+		kubeVersion = obs.Kube.Version
+	}
+	return talosVersion, kubeVersion
+}
+
+// lastSegment returns an image reference's last path segment (name:tag).
+func lastSegment(image string) string {
+	if i := strings.LastIndexByte(image, '/'); i >= 0 {
+		return image[i+1:]
+	}
+	return image
 }
 
 // PlanDestroy returns what Destroy would delete, without changing anything.

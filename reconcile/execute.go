@@ -172,7 +172,7 @@ func (r *run) mintIdentity(ctx context.Context) error {
 	}
 	e.say(plan.PhaseSecrets, "minted a new cluster identity in %s: back it up now", TalosSecretsFile)
 	r.bundle = b
-	return e.configs(r.want, b)
+	return e.configs(r.want, b, nil)
 }
 
 // waitAddresses waits until every desired machine reports an address and

@@ -731,3 +731,4 @@ func guarded(t *testing.T, k *labkube.Server, cs kubernetes.Interface, node stri
 		t.Fatal(err)
 	}
 }
+
