@@ -731,4 +731,3 @@ func guarded(t *testing.T, k *labkube.Server, cs kubernetes.Interface, node stri
 		t.Fatal(err)
 	}
 }
-
