@@ -54,6 +54,7 @@ type node struct {
 	kubeletStopped bool // a sequence stopped the kubelet in this boot
 	announced      *Node
 	applyRebooting bool // an apply took the node into a reboot
+	applying       bool // an ApplyConfiguration call is in progress
 	listenTries    int
 	boots          int
 	tryGen         uint64
@@ -253,6 +254,7 @@ func (w *World) bringUp(n *node) {
 		n.memberID = 0
 	}
 	n.applyRebooting = false
+	n.applying = false
 	n.events = nil
 
 	if cfg == nil {
@@ -427,4 +429,22 @@ func (w *World) emit(n *node, actorID string, payload proto.Message) {
 
 	close(n.eventsCh)
 	n.eventsCh = make(chan struct{})
+}
+
+// talos114 reports whether the node runs Talos 1.14 or later, whose
+// machined applies every configuration change live.
+func (n *node) talos114() bool {
+	return versionAtLeast(n.version(), 1, 14)
+}
+
+// versionAtLeast reports whether the version tag v (such as "v1.14.0-rc.1")
+// is major.minor or later; false when v is not a version tag.
+func versionAtLeast(v string, major, minor int) bool {
+	var ma, mi int
+
+	if _, err := fmt.Sscanf(v, "v%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+
+	return ma > major || ma == major && mi >= minor
 }

@@ -37,6 +37,7 @@ const (
 	DefaultCordonTimeout       = time.Second
 	DefaultDrainTimeout        = 2 * time.Second
 	DefaultEvictionRetry       = 50 * time.Millisecond
+	DefaultApplyDelay          = 10 * time.Millisecond
 )
 
 // The real durations the defaults above scale down, for a lab that wants
@@ -122,6 +123,11 @@ type Options struct {
 	// scales the drain's wait for an evicted pod to go (Talos polls every
 	// 3 s for up to a minute: 0.6 and 12 times EvictionRetry).
 	EvictionRetry time.Duration
+	// ApplyDelay is how long an ApplyConfiguration call takes on the
+	// node (machined holds its apply lock while it validates and writes
+	// the config); another apply to the node meanwhile is refused with
+	// FailedPrecondition, as machined refuses it.
+	ApplyDelay time.Duration
 	// BootImage is the installer image reference whose version a node in
 	// maintenance mode reports. Empty means DefaultBootImage.
 	BootImage string
@@ -184,6 +190,10 @@ func (o Options) withDefaults() Options {
 
 	if o.EvictionRetry <= 0 {
 		o.EvictionRetry = DefaultEvictionRetry
+	}
+
+	if o.ApplyDelay <= 0 {
+		o.ApplyDelay = DefaultApplyDelay
 	}
 
 	if o.BootImage == "" {
