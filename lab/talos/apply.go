@@ -195,7 +195,12 @@ func (w *World) applyConfiguration(c *call, n *node, req *machine.ApplyConfigura
 		n.persisted = cfg
 		n.persistentConfig = setConfig(n.persistentConfig, cfg)
 		n.applyRebooting = true
-		w.later(n, func() { w.reboot(n, 0) })
+
+		if n.faults.neverReboot {
+			w.log.Info("apply reboot never happens", "node", n.addr)
+		} else {
+			w.later(n, func() { w.reboot(n, 0) })
+		}
 	}
 
 	w.log.Info("config applied", "node", n.addr, "mode", mode.String(), "maintenance", maintenance)

@@ -142,3 +142,46 @@ func TestApplyTalos114(t *testing.T) {
 		t.Errorf("AUTO on 1.14 rebooted the node: %+v", after)
 	}
 }
+
+// TestApplyNeverReboot: with the never-reboot fault a node answers an apply
+// that needs a reboot as Talos does but stays up on its old config.
+func TestApplyNeverReboot(t *testing.T) {
+	t.Parallel()
+
+	tc := newTestCluster(t, 21)
+	w := newWorld(t, talos.Options{})
+
+	addr := tc.addrs[tc.cp(1)]
+	w.NeverReboot(addr)
+
+	if err := w.Boot(t.Context(), addr, tc.configs[tc.cp(1)]); err != nil {
+		t.Fatal(err)
+	}
+
+	waitUp(t, w, addr, talos.ModeRunning)
+
+	c := tc.client(t, addr)
+	m := tc.machine(t, tc.cp(1))
+	envChange := tc.generate(t, m, []string{envPatch})
+	before, _ := w.Node(addr)
+
+	resp, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: envChange, Mode: machine.ApplyConfigurationRequest_AUTO})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if msg := resp.GetMessages()[0]; msg.GetMode() != machine.ApplyConfigurationRequest_REBOOT || !strings.HasPrefix(msg.GetModeDetails(), "Applied configuration with a reboot") {
+		t.Errorf("apply answered %q (%s)", msg.GetModeDetails(), msg.GetMode())
+	}
+
+	time.Sleep(200 * time.Millisecond)
+
+	if after, _ := w.Node(addr); after.Boots != before.Boots || !after.Up {
+		t.Errorf("the node rebooted: %+v", after)
+	}
+
+	_, err = c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: envChange, Mode: machine.ApplyConfigurationRequest_AUTO})
+	if client.StatusCode(err) != codes.FailedPrecondition {
+		t.Errorf("apply after the stuck reboot: %v", err)
+	}
+}

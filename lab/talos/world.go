@@ -908,6 +908,18 @@ func (w *World) NeverBoot(addr netip.Addr) {
 	w.faultsOf(addr).neverBoot = true
 }
 
+// NeverReboot makes the node at addr accept an apply that needs a reboot
+// (AUTO falling back to a reboot, REBOOT) as Talos does, answering "with a
+// reboot", persisting the config and refusing further applies, but never go
+// down: the reboot sequence hangs, so the node keeps running its old config
+// until something else reboots it. Until ClearFaults.
+func (w *World) NeverReboot(addr netip.Addr) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.faultsOf(addr).neverReboot = true
+}
+
 // FailReset makes the next n reset sequences of the node at addr fail
 // after their cleanup phase, where the first phase whose failure ends the
 // sequence comes (the etcd leave of a control plane): the Node is cordoned
@@ -1018,6 +1030,7 @@ func (w *World) faultsOf(addr netip.Addr) *faults {
 
 type faults struct {
 	neverBoot       bool
+	neverReboot     bool
 	failReset       int
 	stuckMember     bool
 	calls           map[callFaultKey]*callFault
