@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -55,11 +57,16 @@ type node struct {
 	announced      *Node
 	applyRebooting bool // an apply took the node into a reboot
 	applying       bool // an ApplyConfiguration call is in progress
-	listenTries    int
-	boots          int
-	tryGen         uint64
-	events         []event
-	eventsCh       chan struct{} // closed and replaced when an event is added
+	// Control-plane components of this boot: the config each was last
+	// rendered from, its resource version, and what was last announced.
+	compConfig    map[string]any
+	compVersion   map[string]int
+	compAnnounced []StaticPod
+	listenTries   int
+	boots         int
+	tryGen        uint64
+	events        []event
+	eventsCh      chan struct{} // closed and replaced when an event is added
 
 	// activeConfig and persistentConfig are machined's MachineConfig
 	// resources of this boot (IDs v1alpha1 and persistent); nil when it
@@ -255,6 +262,7 @@ func (w *World) bringUp(n *node) {
 	}
 	n.applyRebooting = false
 	n.applying = false
+	n.compConfig, n.compVersion, n.compAnnounced = nil, nil, nil
 	n.events = nil
 
 	if cfg == nil {
@@ -381,6 +389,7 @@ func (w *World) kubeletGone(n *node, shutdown bool) {
 	}
 
 	n.announced = nil
+	n.compAnnounced = nil
 }
 
 // powerOff takes the node down and off: through Talos's shutdown
@@ -447,4 +456,53 @@ func versionAtLeast(v string, major, minor int) bool {
 	}
 
 	return ma > major || ma == major && mi >= minor
+}
+
+// Control-plane component IDs (pkg/machinery/resources/k8s).
+const (
+	componentAPIServer         = "kube-apiserver"
+	componentControllerManager = "kube-controller-manager"
+	componentScheduler         = "kube-scheduler"
+)
+
+// staticPods renders the control plane's static pods from its running
+// config; a component whose config changed since the last rendering in
+// this boot gets the next config version, as Talos's controllers update
+// its config resource. Nil for a worker.
+func (n *node) staticPods() []StaticPod {
+	if !n.controlPlane() || n.cfg.RawV1Alpha1() == nil {
+		return nil
+	}
+
+	cc := n.cfg.RawV1Alpha1().ClusterConfig
+	if cc == nil {
+		return nil
+	}
+
+	if n.compConfig == nil {
+		n.compConfig, n.compVersion = map[string]any{}, map[string]int{}
+	}
+
+	comps := []struct {
+		id    string
+		image string
+		cfg   any
+	}{
+		{componentAPIServer, n.cfg.Cluster().APIServer().Image(), cc.APIServerConfig},
+		{componentControllerManager, n.cfg.Cluster().ControllerManager().Image(), cc.ControllerManagerConfig},
+		{componentScheduler, n.cfg.Cluster().Scheduler().Image(), cc.SchedulerConfig},
+	}
+
+	out := make([]StaticPod, 0, len(comps))
+
+	for _, c := range comps {
+		if prev, ok := n.compConfig[c.id]; !ok || !reflect.DeepEqual(prev, c.cfg) {
+			n.compConfig[c.id] = c.cfg
+			n.compVersion[c.id]++
+		}
+
+		out = append(out, StaticPod{Component: c.id, Image: c.image, ConfigVersion: strconv.Itoa(n.compVersion[c.id])})
+	}
+
+	return out
 }

@@ -257,6 +257,29 @@ type Hooks interface {
 	Drain(ctx context.Context, cluster, hostname string, retry time.Duration) error
 }
 
+// StaticPodHooks, when Hooks also implements it, is told the control-plane
+// static pods each control plane's kubelet runs, as Talos renders them from
+// the node's machine config, every time they change: at registration and
+// after a config change altered a component's config.
+type StaticPodHooks interface {
+	StaticPods(cluster, hostname string, pods []StaticPod)
+}
+
+// StaticPod is one control-plane component a control plane runs as a
+// static pod: kube-apiserver, kube-controller-manager or kube-scheduler.
+type StaticPod struct {
+	// Component is the component's ID, which is also its k8s-app label.
+	Component string
+	// Image is the container image from the machine config
+	// (.cluster.apiServer.image and so on).
+	Image string
+	// ConfigVersion is the version of the component's config resource in
+	// this boot (namespace controlplane; 1 when created at boot, one more at
+	// every change), which Talos writes to the pod's annotation
+	// talos.dev/config-version.
+	ConfigVersion string
+}
+
 // Cluster describes a bootstrapped cluster to Hooks.
 type Cluster struct {
 	// Name is cluster.clusterName.
@@ -801,6 +824,30 @@ func (w *World) Steps() []Step {
 	defer w.mu.Unlock()
 
 	return slices.Clone(w.steps)
+}
+
+// APIServerVersion is the tag of the kube-apiserver image of the control
+// plane that serves the cluster's Kubernetes API endpoint now (the VIP's
+// holder), which is what the endpoint's /version answers; empty when none
+// serves it.
+func (w *World) APIServerVersion(cluster string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+	if c == nil || !c.apiServing {
+		return ""
+	}
+
+	for _, n := range w.nodesOf(c) {
+		if n.runningReady() && n.controlPlane() && len(w.heldVIPs(n)) > 0 {
+			v, _ := parseImage(n.cfg.Cluster().APIServer().Image())
+
+			return v
+		}
+	}
+
+	return ""
 }
 
 // APIServing reports whether the named cluster's Kubernetes API endpoint
