@@ -248,6 +248,10 @@ type Fault struct {
 	//	proxmox-lost-reply     the next N calls of Op take effect (a task
 	//	                       starts), then their connection is reset
 	//	talos-never-boot       the node at Addr never comes up
+	//	talos-never-reboot     the node at Addr accepts an apply that needs
+	//	                       a reboot (answers "Applied configuration
+	//	                       with a reboot", persists the config, refuses
+	//	                       later applies) but never goes down
 	//	talos-reset-fails      the next N resets of Addr fail after their
 	//	                       cleanup: the Node stays cordoned and
 	//	                       drained, the kubelet stopped, the etcd
@@ -372,6 +376,9 @@ func (l *Lab) injectTalos(f Fault) error {
 	case "talos-never-boot":
 		l.Talos.NeverBoot(a)
 		return nil
+	case "talos-never-reboot":
+		l.Talos.NeverReboot(a)
+		return nil
 	case "talos-reset-fails":
 		l.Talos.FailReset(a, f.N)
 		return nil
@@ -430,5 +437,5 @@ func (l *Lab) injectKube(f Fault) error {
 
 var faultKinds = []string{"proxmox-fail", "proxmox-task-warnings", "proxmox-latency", "proxmox-hang",
 	"proxmox-reset", "proxmox-lost-reply",
-	"talos-never-boot", "talos-reset-fails", "talos-stuck-member", "talos-fail", "talos-hang", "talos-reset", "talos-lost-reply",
+	"talos-never-boot", "talos-never-reboot", "talos-reset-fails", "talos-stuck-member", "talos-fail", "talos-hang", "talos-reset", "talos-lost-reply",
 	"kube-fail", "kube-hang", "kube-reset", "kube-lost-reply"}

@@ -545,6 +545,7 @@ func (h *talosHooks) APIServing(cluster string, serving bool) {
 		return
 	}
 	if serving {
+		l.syncAPIVersion(cluster, k)
 		l.event("kube-api-up", cluster, k.Addr().String())
 	} else {
 		l.event("kube-api-down", cluster, k.Addr().String()+": no control plane holds the endpoint")
@@ -565,6 +566,36 @@ func (h *talosHooks) NodeJoined(cluster string, n talos.Node) {
 	}
 	l.event("node-joined", n.Hostname, cluster)
 	l.uncordonBooted(k, n.Hostname)
+}
+
+// StaticPods posts the mirror pods of a control plane's static pods, and
+// keeps the endpoint's /version at the API server version of the control
+// plane that serves it.
+func (h *talosHooks) StaticPods(cluster, hostname string, pods []talos.StaticPod) {
+	l := (*Lab)(h)
+	k, ok := l.Kube(cluster)
+	if !ok {
+		return
+	}
+	sp := make([]kube.StaticPod, 0, len(pods))
+	for _, p := range pods {
+		sp = append(sp, kube.StaticPod{Component: p.Component, Image: p.Image, ConfigVersion: p.ConfigVersion})
+	}
+	if err := k.SetStaticPods(hostname, sp); err != nil {
+		l.event("kube-failed", cluster, err.Error())
+	}
+	l.syncAPIVersion(cluster, k)
+}
+
+// syncAPIVersion sets the version the cluster's API answers at /version to
+// that of the kube-apiserver image of the control plane holding the
+// endpoint.
+func (l *Lab) syncAPIVersion(cluster string, k *kube.Server) {
+	if v := l.Talos.APIServerVersion(cluster); v != "" && v != k.Version() {
+		if err := k.SetVersion(v); err == nil {
+			l.event("kube-version", cluster, v)
+		}
+	}
 }
 
 // uncordonBooted is Talos's NodeApplyController on a booted machine: a

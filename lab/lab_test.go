@@ -46,10 +46,14 @@ func TestControlAPI(t *testing.T) {
 		return resp.StatusCode
 	}
 	var index struct {
-		Endpoints map[string]string `json:"endpoints"`
+		Endpoints  map[string]string `json:"endpoints"`
+		FaultKinds []string          `json:"fault_kinds"`
 	}
 	if get("/lab/v1/", &index) != 200 || len(index.Endpoints) < 5 {
 		t.Fatalf("index: %+v", index)
+	}
+	if !slices.Contains(index.FaultKinds, "talos-never-reboot") {
+		t.Errorf("fault kinds lack talos-never-reboot: %v", index.FaultKinds)
 	}
 	var world lab.WorldView
 	if get("/lab/v1/world", &world) != 200 || world.VMs == nil || world.Nodes == nil {
@@ -72,6 +76,9 @@ func TestControlAPI(t *testing.T) {
 	}
 	if code := post(`{"kind":"talos-never-boot"}`); code != 400 {
 		t.Fatalf("a node fault without an address answered %d, want 400", code)
+	}
+	if code := post(`{"kind":"talos-never-reboot","addr":"127.42.0.5"}`); code != 200 {
+		t.Fatalf("talos-never-reboot answered %d", code)
 	}
 	var log []lab.LogEntry
 	if get("/lab/v1/log", &log) != 200 {

@@ -495,3 +495,74 @@ func (s *Server) Pods() []corev1.Pod {
 	defer s.mu.Unlock()
 	return s.st.list(podsResource, "", labels.Everything(), fields.Everything()).(*corev1.PodList).Items
 }
+
+// StaticPod is a static pod the kubelet of a node runs from a manifest, as
+// Talos renders the control-plane components: its mirror pod
+// "<Component>-<node>" in kube-system carries the labels tier=control-plane
+// and k8s-app=<Component> and the annotation talos.dev/config-version.
+type StaticPod struct {
+	Component     string
+	Image         string
+	ConfigVersion string
+}
+
+// Annotations and labels of Talos's control-plane static pods
+// (pkg/machinery/constants, controllers/k8s/control_plane_static_pod.go).
+const (
+	AnnotationStaticPodConfigVersion = "talos.dev/config-version"
+	annotationConfigMirror           = "kubernetes.io/config.mirror"
+	annotationConfigSource           = "kubernetes.io/config.source"
+)
+
+// SetStaticPods makes the mirror pods of a node's static pods match pods:
+// a pod whose manifest changed (image or config version) is replaced, as
+// the kubelet kills the old static pod and posts a new mirror pod, which
+// runs and turns Ready like any pod on a Ready node with a kubelet.
+func (s *Server) SetStaticPods(node string, pods []StaticPod) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.st
+	n := st.node(node)
+	if n == nil {
+		return fmt.Errorf("static pods of node %q: %w", node, apierrors.NewNotFound(nodesResource.groupResource(), node))
+	}
+	const ns = metav1.NamespaceSystem
+	if _, err := st.lookup(namespacesResource, "", ns); err != nil {
+		if _, err := st.create(namespacesResource, "", &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return fmt.Errorf("static pods: creating namespace %q: %w", ns, err)
+		}
+	}
+	for _, sp := range pods {
+		name := sp.Component + "-" + node
+		if obj, err := st.lookup(podsResource, ns, name); err == nil {
+			old := obj.(*corev1.Pod)
+			if old.Annotations[AnnotationStaticPodConfigVersion] == sp.ConfigVersion && len(old.Spec.Containers) == 1 && old.Spec.Containers[0].Image == sp.Image && old.DeletionTimestamp == nil && old.Status.Phase != corev1.PodFailed {
+				continue
+			}
+			st.deletePod(old, new(int64(0)))
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name, Namespace: ns,
+				Labels: map[string]string{"tier": "control-plane", "k8s-app": sp.Component},
+				Annotations: map[string]string{
+					AnnotationStaticPodConfigVersion: sp.ConfigVersion,
+					annotationConfigMirror:           string(uuid.NewUUID()),
+					annotationConfigSource:           "file",
+				},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node, UID: n.UID, Controller: new(true)}},
+			},
+			Spec: corev1.PodSpec{
+				NodeName:          node,
+				PriorityClassName: "system-cluster-critical",
+				Containers:        []corev1.Container{{Name: sp.Component, Image: sp.Image}},
+				Tolerations:       []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			},
+		}
+		if _, err := st.create(podsResource, ns, pod); err != nil {
+			return fmt.Errorf("static pod %s/%s: %w", ns, name, err)
+		}
+	}
+	st.reconcile()
+	return nil
+}

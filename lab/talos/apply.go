@@ -38,19 +38,59 @@ func (validationMode) InContainer() bool     { return false }
 
 // ApplyConfiguration replaces the node's machine config. In maintenance mode
 // any client may apply; the node installs the config and reboots into it.
-// Configured, the change is applied live when it can be, with a reboot
-// otherwise (mode AUTO), refused when it cannot be applied live (NO_REBOOT,
-// TRY), or kept for the next boot (STAGED).
+// Configured, a Talos 1.13 node applies the change live when it can, with a
+// reboot otherwise (mode AUTO), refuses it when it cannot be applied live
+// (NO_REBOOT, TRY), or keeps it for the next boot (STAGED). A Talos 1.14
+// node applies every change live and has no REBOOT mode. Like machined, a
+// node takes one apply at a time: another one arriving meanwhile (the call
+// lasts ApplyDelay) is refused.
 func (machineServer) ApplyConfiguration(ctx context.Context, req *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
 	c := callOf(ctx)
 	if err := c.lock(); err != nil {
 		return nil, err
 	}
-	defer c.unlock()
 
 	w, n := c.w, c.node
 
-	if n.applyRebooting {
+	// machined: applyConfigMu.TryLock.
+	if n.applying {
+		c.unlock()
+
+		return nil, status.Error(codes.FailedPrecondition, "another apply configuration is already in progress")
+	}
+
+	resp, err := w.applyConfiguration(c, n, req)
+
+	if w.opts.ApplyDelay <= 0 {
+		c.unlock()
+
+		return resp, err
+	}
+
+	// The apply holds the node's apply lock until it answers.
+	n.applying = true
+	gen := n.gen
+
+	c.unlock()
+
+	time.Sleep(w.opts.ApplyDelay)
+
+	w.mu.Lock()
+	if n.gen == gen {
+		n.applying = false
+	}
+	w.mu.Unlock()
+
+	return resp, err
+}
+
+// applyConfiguration is ApplyConfiguration past machined's apply lock.
+// Called with w.mu held.
+func (w *World) applyConfiguration(c *call, n *node, req *machine.ApplyConfigurationRequest) (*machine.ApplyConfigurationResponse, error) {
+	v114 := n.talos114()
+
+	// Talos 1.14 dropped the flag: no apply reboots a configured node.
+	if !v114 && n.applyRebooting {
 		return nil, status.Error(codes.FailedPrecondition, "configuration was already applied and node is rebooting, cannot apply more configuration changes until next reboot")
 	}
 
@@ -69,19 +109,25 @@ func (machineServer) ApplyConfiguration(ctx context.Context, req *machine.ApplyC
 		return nil, status.Error(codes.InvalidArgument, "the applied machine configuration doesn't contain v1alpha1 config, did you mean to patch the machine config instead?")
 	}
 
+	mode := req.GetMode()
+
+	if v114 && !maintenance && mode == machine.ApplyConfigurationRequest_REBOOT {
+		return nil, status.Error(codes.Unimplemented, "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead")
+	}
+
 	warnings, err := cfg.Validate(validationMode{})
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 
-	mode := req.GetMode()
 	if maintenance && mode == machine.ApplyConfigurationRequest_REBOOT {
 		mode = machine.ApplyConfigurationRequest_NO_REBOOT
 	}
 
 	var reason string
 
-	if !maintenance {
+	// Talos 1.14 has no CanApplyImmediate: every change is applied live.
+	if !maintenance && !v114 {
 		if reason, err = rebootReason(n.cfg, cfg); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
@@ -149,7 +195,12 @@ func (machineServer) ApplyConfiguration(ctx context.Context, req *machine.ApplyC
 		n.persisted = cfg
 		n.persistentConfig = setConfig(n.persistentConfig, cfg)
 		n.applyRebooting = true
-		w.later(n, func() { w.reboot(n, 0) })
+
+		if n.faults.neverReboot {
+			w.log.Info("apply reboot never happens", "node", n.addr)
+		} else {
+			w.later(n, func() { w.reboot(n, 0) })
+		}
 	}
 
 	w.log.Info("config applied", "node", n.addr, "mode", mode.String(), "maintenance", maintenance)
@@ -203,10 +254,10 @@ func (w *World) applyTry(n *node, cfg config.Provider, timeout time.Duration) {
 }
 
 // rebootReason returns why moving from the running config cur to next needs
-// a reboot, or "" when it applies live. The live parts are those Talos 1.13
-// applies immediately (.debug, .cluster and most of .machine) except
-// .machine.install: the lab treats install image, disk and kernel argument
-// changes as needing a reboot so that the node restarts into them.
+// a reboot, or "" when it applies live, as Talos 1.13's CanApplyImmediate
+// decides: only the v1alpha1 documents are compared, after copying the parts
+// that apply immediately (.debug, .cluster and most of .machine, including
+// .machine.install, which the next upgrade uses) from the running config.
 func rebootReason(cur, next config.Provider) (string, error) {
 	if cur == nil || cur.RawV1Alpha1() == nil || next.RawV1Alpha1() == nil {
 		return "", nil
@@ -217,7 +268,7 @@ func rebootReason(cur, next config.Provider) (string, error) {
 
 	keepLiveParts(probe, old)
 
-	if reflect.DeepEqual(old, probe) && clusterKey(cur) == clusterKey(next) {
+	if reflect.DeepEqual(old, probe) {
 		return "", nil
 	}
 
@@ -245,6 +296,7 @@ func keepLiveParts(dst, src *v1alpha1.Config) {
 	//lint:ignore SA1019 the deprecated field is still part of the v1alpha1 document
 	d.MachineTime = s.MachineTime
 	d.MachineCertSANs = s.MachineCertSANs
+	d.MachineInstall = s.MachineInstall
 	//lint:ignore SA1019 the deprecated field is still part of the v1alpha1 document
 	d.MachineNetwork = s.MachineNetwork
 	d.MachineSysfs = s.MachineSysfs

@@ -532,15 +532,25 @@ func (w *World) settle(c *cluster) {
 		}
 
 		kn := n.kubeNode()
-		if n.announced != nil && sameNode(n.announced, kn) {
-			continue
+		if n.announced == nil || !sameNode(n.announced, kn) {
+			n.announced = kn
+			n.registeredOnce = true
+			n.compAnnounced = nil
+			clusterName, joined := c.name, *kn
+
+			w.hooks.push(func(h Hooks) { h.NodeJoined(clusterName, joined) })
 		}
 
-		n.announced = kn
-		n.registeredOnce = true
-		clusterName, joined := c.name, *kn
+		if pods := n.staticPods(); pods != nil && !slices.Equal(pods, n.compAnnounced) {
+			n.compAnnounced = pods
+			clusterName, hostname := c.name, kn.Hostname
 
-		w.hooks.push(func(h Hooks) { h.NodeJoined(clusterName, joined) })
+			w.hooks.push(func(h Hooks) {
+				if sh, ok := h.(StaticPodHooks); ok {
+					sh.StaticPods(clusterName, hostname, pods)
+				}
+			})
+		}
 	}
 }
 

@@ -60,9 +60,10 @@
 // modelled on the real ones but not byte-exact; streams cannot fan out to
 // several nodes at once; nodes have no files, so Read answers NotFound for
 // every path that is not one of the few directories it knows (as real
-// Talos 1.13 does for /system/state/config.yaml, which it never mounts);
-// changes to .machine.install need a reboot (real Talos 1.13 applies them
-// live, for the next upgrade). A first configured
+// Talos 1.13 does for /system/state/config.yaml, which it never mounts).
+// ApplyConfiguration follows the node's Talos version: 1.13's
+// CanApplyImmediate rule (with a reboot in AUTO when it fails), 1.14's
+// always-live applies. A first configured
 // boot is the boot after the install, so the "persistent" MachineConfig is
 // absent in it (a machine booting a preinstalled disk image from user data
 // would have it). COSI resource types the lab does not model answer

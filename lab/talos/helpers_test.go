@@ -25,6 +25,10 @@ import (
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
+// envPatch changes .machine.env, which Talos 1.13 cannot apply live
+// (CanApplyImmediate does not copy it).
+const envPatch = "machine:\n  env:\n    https_proxy: http://127.0.0.1:3128\n"
+
 const (
 	talosVersion = "v1.13.8"
 	kubeVersion  = "v1.35.1"

@@ -6,6 +6,8 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -54,11 +56,17 @@ type node struct {
 	kubeletStopped bool // a sequence stopped the kubelet in this boot
 	announced      *Node
 	applyRebooting bool // an apply took the node into a reboot
-	listenTries    int
-	boots          int
-	tryGen         uint64
-	events         []event
-	eventsCh       chan struct{} // closed and replaced when an event is added
+	applying       bool // an ApplyConfiguration call is in progress
+	// Control-plane components of this boot: the config each was last
+	// rendered from, its resource version, and what was last announced.
+	compConfig    map[string]any
+	compVersion   map[string]int
+	compAnnounced []StaticPod
+	listenTries   int
+	boots         int
+	tryGen        uint64
+	events        []event
+	eventsCh      chan struct{} // closed and replaced when an event is added
 
 	// activeConfig and persistentConfig are machined's MachineConfig
 	// resources of this boot (IDs v1alpha1 and persistent); nil when it
@@ -253,6 +261,8 @@ func (w *World) bringUp(n *node) {
 		n.memberID = 0
 	}
 	n.applyRebooting = false
+	n.applying = false
+	n.compConfig, n.compVersion, n.compAnnounced = nil, nil, nil
 	n.events = nil
 
 	if cfg == nil {
@@ -379,6 +389,7 @@ func (w *World) kubeletGone(n *node, shutdown bool) {
 	}
 
 	n.announced = nil
+	n.compAnnounced = nil
 }
 
 // powerOff takes the node down and off: through Talos's shutdown
@@ -427,4 +438,71 @@ func (w *World) emit(n *node, actorID string, payload proto.Message) {
 
 	close(n.eventsCh)
 	n.eventsCh = make(chan struct{})
+}
+
+// talos114 reports whether the node runs Talos 1.14 or later, whose
+// machined applies every configuration change live.
+func (n *node) talos114() bool {
+	return versionAtLeast(n.version(), 1, 14)
+}
+
+// versionAtLeast reports whether the version tag v (such as "v1.14.0-rc.1")
+// is major.minor or later; false when v is not a version tag.
+func versionAtLeast(v string, major, minor int) bool {
+	var ma, mi int
+
+	if _, err := fmt.Sscanf(v, "v%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+
+	return ma > major || ma == major && mi >= minor
+}
+
+// Control-plane component IDs (pkg/machinery/resources/k8s).
+const (
+	componentAPIServer         = "kube-apiserver"
+	componentControllerManager = "kube-controller-manager"
+	componentScheduler         = "kube-scheduler"
+)
+
+// staticPods renders the control plane's static pods from its running
+// config; a component whose config changed since the last rendering in
+// this boot gets the next config version, as Talos's controllers update
+// its config resource. Nil for a worker.
+func (n *node) staticPods() []StaticPod {
+	if !n.controlPlane() || n.cfg.RawV1Alpha1() == nil {
+		return nil
+	}
+
+	cc := n.cfg.RawV1Alpha1().ClusterConfig
+	if cc == nil {
+		return nil
+	}
+
+	if n.compConfig == nil {
+		n.compConfig, n.compVersion = map[string]any{}, map[string]int{}
+	}
+
+	comps := []struct {
+		id    string
+		image string
+		cfg   any
+	}{
+		{componentAPIServer, n.cfg.Cluster().APIServer().Image(), cc.APIServerConfig},
+		{componentControllerManager, n.cfg.Cluster().ControllerManager().Image(), cc.ControllerManagerConfig},
+		{componentScheduler, n.cfg.Cluster().Scheduler().Image(), cc.SchedulerConfig},
+	}
+
+	out := make([]StaticPod, 0, len(comps))
+
+	for _, c := range comps {
+		if prev, ok := n.compConfig[c.id]; !ok || !reflect.DeepEqual(prev, c.cfg) {
+			n.compConfig[c.id] = c.cfg
+			n.compVersion[c.id]++
+		}
+
+		out = append(out, StaticPod{Component: c.id, Image: c.image, ConfigVersion: strconv.Itoa(n.compVersion[c.id])})
+	}
+
+	return out
 }

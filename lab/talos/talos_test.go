@@ -491,7 +491,7 @@ func TestClusterLifecycle(t *testing.T) {
 		before, _ := w.Node(cp2)
 		memberBefore := before.EtcdMemberID
 
-		cfg := tc.generate(t, tc.machine(t, tc.cp(2)), []string{"machine:\n  install:\n    extraKernelArgs:\n      - console=ttyS0\n"})
+		cfg := tc.generate(t, tc.machine(t, tc.cp(2)), []string{envPatch})
 
 		resp, err := c.ApplyConfiguration(client.WithNode(t.Context(), cp2.String()), &machine.ApplyConfigurationRequest{
 			Data: cfg, Mode: machine.ApplyConfigurationRequest_AUTO,
@@ -943,6 +943,7 @@ func TestApplyModes(t *testing.T) {
 	m := tc.machine(t, tc.worker(1))
 	labelled := tc.generate(t, m, []string{"machine:\n  nodeLabels:\n    lab/extra: \"yes\"\n"})
 	newImage := tc.generate(t, m, []string{"machine:\n  install:\n    image: factory.talos.dev/installer/0123456789abcdef:v1.13.9\n"})
+	envChange := tc.generate(t, m, []string{envPatch})
 
 	apply := func(data []byte, mode machine.ApplyConfigurationRequest_Mode, dry bool) (*machine.ApplyConfiguration, error) {
 		resp, err := c.ApplyConfiguration(t.Context(), &machine.ApplyConfigurationRequest{Data: data, Mode: mode, DryRun: dry})
@@ -954,21 +955,34 @@ func TestApplyModes(t *testing.T) {
 	}
 
 	t.Run("no reboot refuses a reboot", func(t *testing.T) {
-		_, err := apply(newImage, machine.ApplyConfigurationRequest_NO_REBOOT, false)
-		if code := client.StatusCode(err); code != codes.InvalidArgument || !strings.Contains(err.Error(), "can't be applied in immediate mode") {
-			t.Fatalf("no-reboot apply of an install change: %v", err)
+		for _, mode := range []machine.ApplyConfigurationRequest_Mode{machine.ApplyConfigurationRequest_NO_REBOOT, machine.ApplyConfigurationRequest_TRY} {
+			_, err := apply(envChange, mode, false)
+			if code := client.StatusCode(err); code != codes.InvalidArgument || !strings.Contains(err.Error(), "can't be applied in immediate mode") {
+				t.Fatalf("%s apply of an env change: %v", mode, err)
+			}
 		}
 	})
 
 	t.Run("dry run", func(t *testing.T) {
-		msg, err := apply(newImage, machine.ApplyConfigurationRequest_AUTO, true)
+		msg, err := apply(envChange, machine.ApplyConfigurationRequest_AUTO, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 
 		if got := msg.GetModeDetails(); !strings.HasPrefix(got, "Dry run summary:\nApplied configuration with a reboot (skipped in dry-run).\nConfig diff:") ||
-			!strings.Contains(got, "+        image: factory.talos.dev/installer/0123456789abcdef:v1.13.9") {
+			!strings.Contains(got, "+        https_proxy: http://127.0.0.1:3128") {
 			t.Errorf("dry run details %q", got)
+		}
+
+		// .machine.install applies live in 1.13 (CanApplyImmediate copies it).
+		msg, err = apply(newImage, machine.ApplyConfigurationRequest_AUTO, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if got := msg.GetModeDetails(); !strings.HasPrefix(got, "Dry run summary:\nApplied configuration without a reboot (skipped in dry-run).\nConfig diff:") ||
+			!strings.Contains(got, "+        image: factory.talos.dev/installer/0123456789abcdef:v1.13.9") {
+			t.Errorf("dry run details of an install change %q", got)
 		}
 
 		msg, err = apply(tc.configs[tc.worker(1)], machine.ApplyConfigurationRequest_AUTO, true)
@@ -1018,10 +1032,29 @@ func TestApplyModes(t *testing.T) {
 		}
 	})
 
-	t.Run("auto with a reboot", func(t *testing.T) {
+	t.Run("install change applies live", func(t *testing.T) {
 		before, _ := w.Node(addr)
 
 		msg, err := apply(newImage, machine.ApplyConfigurationRequest_AUTO, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if msg.GetModeDetails() != "Applied configuration without a reboot" || msg.GetMode() != machine.ApplyConfigurationRequest_NO_REBOOT {
+			t.Errorf("install change answered %q (%s)", msg.GetModeDetails(), msg.GetMode())
+		}
+
+		time.Sleep(100 * time.Millisecond)
+
+		if after, _ := w.Node(addr); after.Boots != before.Boots || !after.Up || after.Version != before.Version {
+			t.Errorf("an install change rebooted or upgraded the node: %+v", after)
+		}
+	})
+
+	t.Run("auto with a reboot", func(t *testing.T) {
+		before, _ := w.Node(addr)
+
+		msg, err := apply(envChange, machine.ApplyConfigurationRequest_AUTO, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,6 +37,7 @@ const (
 	DefaultCordonTimeout       = time.Second
 	DefaultDrainTimeout        = 2 * time.Second
 	DefaultEvictionRetry       = 50 * time.Millisecond
+	DefaultApplyDelay          = 10 * time.Millisecond
 )
 
 // The real durations the defaults above scale down, for a lab that wants
@@ -122,6 +123,11 @@ type Options struct {
 	// scales the drain's wait for an evicted pod to go (Talos polls every
 	// 3 s for up to a minute: 0.6 and 12 times EvictionRetry).
 	EvictionRetry time.Duration
+	// ApplyDelay is how long an ApplyConfiguration call takes on the
+	// node (machined holds its apply lock while it validates and writes
+	// the config); another apply to the node meanwhile is refused with
+	// FailedPrecondition, as machined refuses it.
+	ApplyDelay time.Duration
 	// BootImage is the installer image reference whose version a node in
 	// maintenance mode reports. Empty means DefaultBootImage.
 	BootImage string
@@ -186,6 +192,10 @@ func (o Options) withDefaults() Options {
 		o.EvictionRetry = DefaultEvictionRetry
 	}
 
+	if o.ApplyDelay <= 0 {
+		o.ApplyDelay = DefaultApplyDelay
+	}
+
 	if o.BootImage == "" {
 		o.BootImage = DefaultBootImage
 	}
@@ -245,6 +255,29 @@ type Hooks interface {
 	// waited for until it is gone. Errors are Talos's to log; ctx bounds
 	// the drain.
 	Drain(ctx context.Context, cluster, hostname string, retry time.Duration) error
+}
+
+// StaticPodHooks, when Hooks also implements it, is told the control-plane
+// static pods each control plane's kubelet runs, as Talos renders them from
+// the node's machine config, every time they change: at registration and
+// after a config change altered a component's config.
+type StaticPodHooks interface {
+	StaticPods(cluster, hostname string, pods []StaticPod)
+}
+
+// StaticPod is one control-plane component a control plane runs as a
+// static pod: kube-apiserver, kube-controller-manager or kube-scheduler.
+type StaticPod struct {
+	// Component is the component's ID, which is also its k8s-app label.
+	Component string
+	// Image is the container image from the machine config
+	// (.cluster.apiServer.image and so on).
+	Image string
+	// ConfigVersion is the version of the component's config resource in
+	// this boot (namespace controlplane; 1 when created at boot, one more at
+	// every change), which Talos writes to the pod's annotation
+	// talos.dev/config-version.
+	ConfigVersion string
 }
 
 // Cluster describes a bootstrapped cluster to Hooks.
@@ -793,6 +826,30 @@ func (w *World) Steps() []Step {
 	return slices.Clone(w.steps)
 }
 
+// APIServerVersion is the tag of the kube-apiserver image of the control
+// plane that serves the cluster's Kubernetes API endpoint now (the VIP's
+// holder), which is what the endpoint's /version answers; empty when none
+// serves it.
+func (w *World) APIServerVersion(cluster string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+	if c == nil || !c.apiServing {
+		return ""
+	}
+
+	for _, n := range w.nodesOf(c) {
+		if n.runningReady() && n.controlPlane() && len(w.heldVIPs(n)) > 0 {
+			v, _ := parseImage(n.cfg.Cluster().APIServer().Image())
+
+			return v
+		}
+	}
+
+	return ""
+}
+
 // APIServing reports whether the named cluster's Kubernetes API endpoint
 // has a kube-apiserver behind it now (see Hooks.APIServing).
 func (w *World) APIServing(cluster string) bool {
@@ -896,6 +953,18 @@ func (w *World) NeverBoot(addr netip.Addr) {
 	defer w.mu.Unlock()
 
 	w.faultsOf(addr).neverBoot = true
+}
+
+// NeverReboot makes the node at addr accept an apply that needs a reboot
+// (AUTO falling back to a reboot, REBOOT) as Talos does, answering "with a
+// reboot", persisting the config and refusing further applies, but never go
+// down: the reboot sequence hangs, so the node keeps running its old config
+// until something else reboots it. Until ClearFaults.
+func (w *World) NeverReboot(addr netip.Addr) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	w.faultsOf(addr).neverReboot = true
 }
 
 // FailReset makes the next n reset sequences of the node at addr fail
@@ -1008,6 +1077,7 @@ func (w *World) faultsOf(addr netip.Addr) *faults {
 
 type faults struct {
 	neverBoot       bool
+	neverReboot     bool
 	failReset       int
 	stuckMember     bool
 	calls           map[callFaultKey]*callFault

@@ -1,0 +1,140 @@
+package lab_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	configres "github.com/siderolabs/talos/pkg/machinery/resources/config"
+
+	"github.com/taloscluster/taloscluster/lab"
+)
+
+// TestControlPlaneFollowsConfig: the static pods of a control plane, its
+// kubelet and the API's /version follow the node's machine config after a
+// live apply, as Talos's Kubernetes upgrade waits for them.
+func TestControlPlaneFollowsConfig(t *testing.T) {
+	t.Parallel()
+
+	c := startLabCluster(t, 246, lab.Options{})
+	k, cs := c.kube(t)
+	tc := c.talos(t)
+	ctx := t.Context()
+
+	pod := func(component, host string) (*corev1.Pod, error) {
+		return cs.CoreV1().Pods("kube-system").Get(ctx, component+"-"+host, metav1.GetOptions{})
+	}
+
+	check := func(component, host, version, image string) error {
+		p, err := pod(component, host)
+		if err != nil {
+			return err
+		}
+
+		ready := false
+		for _, cond := range p.Status.Conditions {
+			ready = ready || cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue
+		}
+
+		switch {
+		case p.Labels["k8s-app"] != component:
+			return fmt.Errorf("labels %v", p.Labels)
+		case p.Annotations["talos.dev/config-version"] != version:
+			return fmt.Errorf("config version %q, want %q", p.Annotations["talos.dev/config-version"], version)
+		case !strings.HasSuffix(p.Spec.Containers[0].Image, image):
+			return fmt.Errorf("image %q", p.Spec.Containers[0].Image)
+		case p.Status.HostIP != c.addrs[host].String():
+			return fmt.Errorf("host IP %q", p.Status.HostIP)
+		case !ready:
+			return errors.New("not Ready")
+		}
+
+		return nil
+	}
+
+	for _, host := range []string{c.cp(1), c.cp(2), c.cp(3)} {
+		for _, comp := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			eventually(t, comp+" on "+host, func() error { return check(comp, host, "1", "") })
+		}
+	}
+
+	const target = "v1.37.9"
+
+	patch, err := configpatcher.LoadPatch([]byte(`cluster:
+  apiServer:
+    image: registry.k8s.io/kube-apiserver:` + target + `
+machine:
+  kubelet:
+    image: ghcr.io/siderolabs/kubelet:` + target + `
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, host := range []string{c.cp(1), c.cp(2), c.cp(3)} {
+		nctx := client.WithNode(ctx, c.addrs[host].String())
+
+		mc, err := safe.StateGetByID[*configres.MachineConfig](nctx, tc.COSI, configres.ActiveID)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		out, err := configpatcher.Apply(configpatcher.WithConfig(mc.Provider()), []configpatcher.Patch{patch})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		data, err := out.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		resp, err := tc.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_NO_REBOOT})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if got := resp.GetMessages()[0].GetModeDetails(); got != "Applied configuration without a reboot" {
+			t.Fatalf("apply to %s: %q", host, got)
+		}
+
+		eventually(t, "the new kube-apiserver on "+host, func() error { return check("kube-apiserver", host, "2", ":"+target) })
+		eventually(t, "the new kubelet on "+host, func() error {
+			n, err := cs.CoreV1().Nodes().Get(ctx, host, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+
+			if n.Status.NodeInfo.KubeletVersion != target || nodeReady(n) != corev1.ConditionTrue {
+				return fmt.Errorf("kubelet %s, Ready %s", n.Status.NodeInfo.KubeletVersion, nodeReady(n))
+			}
+
+			return nil
+		})
+
+		if err := check("kube-scheduler", host, "1", ""); err != nil {
+			t.Errorf("kube-scheduler on %s changed: %v", host, err)
+		}
+	}
+
+	eventually(t, "/version to follow the API server", func() error {
+		v, err := cs.Discovery().ServerVersion()
+		if err != nil {
+			return err
+		}
+
+		if v.GitVersion != target || k.Version() != target {
+			return fmt.Errorf("/version %s", v.GitVersion)
+		}
+
+		return nil
+	})
+}
