@@ -358,6 +358,9 @@ func refuseConfigs(p *plan.Plan, want *Desired, obs *Observation) error {
 		if !ok || n.Config == nil || desired == nil || bytes.Equal(n.Config, desired) {
 			continue
 		}
+		if on, want := machineconfig.RunsTailscale(n.Config), machineconfig.RunsTailscale(desired); on != want {
+			p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "tailscale"}, fmt.Sprintf("tailscale %s on a running cluster (%s runs %s it): switching it is not done in place; a tailscale section without auth_key leaves the extension idle", onOff(want), m.Hostname, withWithout(on)))
+		}
 		diff, err := machineconfig.DiffBytes(n.Config, desired)
 		if err != nil {
 			return fmt.Errorf("comparing the machine config of %s: %w", m.Hostname, err)
@@ -371,6 +374,20 @@ func refuseConfigs(p *plan.Plan, want *Desired, obs *Observation) error {
 			Diff:     diff})
 	}
 	return nil
+}
+
+func onOff(on bool) string {
+	if on {
+		return "turned on"
+	}
+	return "turned off"
+}
+
+func withWithout(on bool) string {
+	if on {
+		return "with"
+	}
+	return "without"
 }
 
 // unreachableAPI names the refusal of a bootstrapped cluster whose

@@ -314,7 +314,7 @@ func keyWalk(name string, net netip.Prefix, pveURL string) ([]keyCase, []inertKe
 		{key: "security.<rule>.port", path: "security.metrics", value: "{port: 9100, hosts: {mon: 198.51.100.7/32}}", want: "refused: the running machine config differs"},
 		{key: "tailscale", value: "{}", want: "refused: the running machine config differs"},
 		{key: "tailscale.login_server", value: "https://headscale.example.org", want: "refused: the running machine config differs"},
-		{key: "tailscale.auth_key", value: "tskey-auth-walk", want: "refused: the running machine config differs"},
+		{key: "tailscale.auth_key", value: "tskey-auth-walk", want: "refused: tailscale turned on on a running cluster"},
 		{key: "proxmox.storage", value: "local-zfs", want: "refused: proxmox.storage changed"},
 		{key: "proxmox.iso_storage", value: "other", want: "refused: proxmox.iso_storage other: Proxmox answers \"storage 'other' does not exist\""},
 		{key: "proxmox.network.cluster.bridge", value: "vmbr1", want: "refused: the cluster NIC would move"},

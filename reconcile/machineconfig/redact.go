@@ -225,3 +225,19 @@ func PatchesDigest(c *spec.Cluster, p spec.Pool) string {
 
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)[:8])
 }
+
+// RunsTailscale reports whether a machine config configures the tailscale
+// extension service (it has an auth key to join with); false for a config
+// that cannot be parsed.
+func RunsTailscale(data []byte) bool {
+	cfg, err := Parse(data)
+	if err != nil {
+		return false
+	}
+	for _, s := range cfg.ExtensionServiceConfigs() {
+		if s.Name() == "tailscale" {
+			return true
+		}
+	}
+	return false
+}
