@@ -180,6 +180,12 @@ func (r *run) reset(ctx context.Context, op resetMachine) error {
 	if err != nil {
 		return err
 	}
+	if addr == "" && (!op.controlPlane || op.evidence) {
+		// Off or gone since the plan (a reset an earlier run began may
+		// have finished): nothing to reset; what follows checks the rest.
+		e.say(plan.PhaseScaleDown, "%s reports no address any more: nothing to reset", op.hostname)
+		return nil
+	}
 	if addr == "" {
 		return fmt.Errorf("%w: %s reports no address any more", ErrPrecondition, op.hostname)
 	}
