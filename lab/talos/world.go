@@ -1131,3 +1131,30 @@ func (f *faults) takeCallFault(method string) (callFaultKind, codes.Code) {
 func shortMethod(method string) string {
 	return Op{Call: method}.Short()
 }
+
+// ProxyImage is the kube-proxy image (.cluster.proxy.image) of the machine
+// config of the control plane that serves the cluster's Kubernetes API
+// endpoint now, from which Talos renders the kube-proxy DaemonSet of its
+// bootstrap manifests; empty when none serves it or kube-proxy is disabled
+// (.cluster.proxy.disabled), when Talos renders no kube-proxy.
+func (w *World) ProxyImage(cluster string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+	if c == nil || !c.apiServing {
+		return ""
+	}
+
+	for _, n := range w.nodesOf(c) {
+		if n.runningReady() && n.controlPlane() && len(w.heldVIPs(n)) > 0 {
+			if !n.cfg.Cluster().Proxy().Enabled() {
+				return ""
+			}
+
+			return n.cfg.Cluster().Proxy().Image()
+		}
+	}
+
+	return ""
+}
