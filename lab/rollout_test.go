@@ -139,6 +139,39 @@ machine:
 
 		return nil
 	})
+
+	// The control API reports the versions.
+	w := c.l.World()
+	for _, n := range w.Nodes {
+		if n.Cluster != c.name {
+			continue
+		}
+
+		want := target
+		if strings.Contains(n.Hostname, "-w-") {
+			want = ""
+		}
+
+		if n.Talos == "" || n.Talos != n.Version || want != "" && (n.ConfigKubernetes != want || n.Kubelet != want) || want == "" && (n.ConfigKubernetes == "" || n.Kubelet != n.ConfigKubernetes) {
+			t.Errorf("node view %+v", n)
+		}
+	}
+
+	for _, cv := range w.Clusters {
+		if cv.Name != c.name {
+			continue
+		}
+
+		if cv.Kubernetes != target || len(cv.ControlPlane) != 3 || !strings.HasPrefix(cv.KubeProxy, "v1.") {
+			t.Errorf("cluster view %+v", cv)
+		}
+
+		for _, cp := range cv.ControlPlane {
+			if cp.APIServer != target || cp.ControllerManager == "" || cp.ControllerManager == target || cp.Scheduler != cp.ControllerManager {
+				t.Errorf("control plane view %+v", cp)
+			}
+		}
+	}
 }
 
 // TestKubeProxyDaemonSet: kube-proxy runs as the DaemonSet of Talos's

@@ -377,6 +377,10 @@ type NodeState struct {
 	Role Role
 	// Version is the Talos version the node runs (reports, when up).
 	Version string
+	// KubernetesVersion is the Kubernetes version of the machine config the
+	// node last received: the tag of its .machine.kubelet.image; empty in
+	// maintenance.
+	KubernetesVersion string
 	// Schematic is the Image Factory schematic of the running image; empty
 	// for images that are not Image Factory installers.
 	Schematic string
@@ -728,6 +732,7 @@ func (w *World) nodeState(n *node) NodeState {
 	if n.cfg != nil {
 		s.Role = n.role()
 		s.Cluster = n.cfg.Cluster().Name()
+		s.KubernetesVersion, _ = parseImage(n.cfg.Machine().Kubelet().Image())
 	}
 
 	if n.etcdData {
