@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/taloscluster/taloscluster/lab/kube"
 )
 
 // controlEndpoints documents the control API; GET /lab/v1/ lists it.
 var controlEndpoints = map[string]string{
 	"GET /lab/v1/world":    "everything below in one answer",
 	"GET /lab/v1/vms":      "the Proxmox VMs: id, name, node, pool, power, tags, size, firewall",
-	"GET /lab/v1/nodes":    "the simulated Talos nodes: address, hostname, cluster, role, version, mode, held VIPs",
-	"GET /lab/v1/clusters": "each cluster: bootstrapped, etcd members, Kubernetes version, API and nodes",
+	"GET /lab/v1/nodes":    "the simulated Talos nodes: address, hostname, cluster, role, version, mode, held VIPs, talos_version, config_kubernetes_version (kubelet image tag of the config last received), kubelet_version (its Node's nodeInfo)",
+	"GET /lab/v1/clusters": "each cluster: bootstrapped, etcd members, Kubernetes version (/version), API and nodes, control_plane (per node: kube-apiserver, kube-controller-manager, kube-scheduler image tags of their mirror pods) and kube_proxy (the DaemonSet's image tag)",
 	"GET /lab/v1/log":      "the ordered operation log of every emulator",
 	"POST /lab/v1/faults":  "inject a fault: JSON {kind, op, n, status, warnings, millis, addr, cluster}",
 }
@@ -92,6 +94,13 @@ type NodeView struct {
 	Up       bool   `json:"up"`
 	// VIPs are the Layer-2 VIPs the node holds now.
 	VIPs []string `json:"vips,omitempty"`
+	// Talos is the Talos version the node runs (as Version).
+	Talos string `json:"talos_version"`
+	// ConfigKubernetes is the Kubernetes version of the machine config the
+	// node last received (tag of .machine.kubelet.image).
+	ConfigKubernetes string `json:"config_kubernetes_version,omitempty"`
+	// Kubelet is the kubelet version its Node reports, when registered.
+	Kubelet string `json:"kubelet_version,omitempty"`
 }
 
 // ClusterView is one cluster's etcd and Kubernetes state.
@@ -102,6 +111,19 @@ type ClusterView struct {
 	Kubernetes   string         `json:"kubernetes_version,omitempty"`
 	KubeAPI      string         `json:"kubernetes_api,omitempty"`
 	KubeNodes    []KubeNodeView `json:"kubernetes_nodes"`
+	// ControlPlane is, per control-plane node, the version (image tag) of
+	// each control-plane component's mirror pod.
+	ControlPlane []ControlPlaneView `json:"control_plane,omitempty"`
+	// KubeProxy is the image tag of the kube-proxy DaemonSet's template.
+	KubeProxy string `json:"kube_proxy,omitempty"`
+}
+
+// ControlPlaneView is the control-plane components one node runs.
+type ControlPlaneView struct {
+	Node              string `json:"node"`
+	APIServer         string `json:"kube_apiserver,omitempty"`
+	ControllerManager string `json:"kube_controller_manager,omitempty"`
+	Scheduler         string `json:"kube_scheduler,omitempty"`
 }
 
 // KubeNodeView is one Kubernetes node.
@@ -118,9 +140,20 @@ func (l *Lab) World() WorldView {
 		v.VMs = append(v.VMs, VMView{ID: vm.ID, Name: vm.Name, Node: vm.Node, Pool: vm.Pool, Running: vm.Running, Tags: vm.Tags,
 			Cores: vm.Cores, MemoryMB: vm.MemoryMB, Firewall: vm.FirewallOptions["enable"] == "1", Rules: len(vm.FirewallRules)})
 	}
+	kubelets := map[string]string{}
+	for _, c := range l.Talos.Clusters() {
+		if k, ok := l.Kube(c.Name); ok {
+			for _, n := range k.Nodes() {
+				kubelets[c.Name+"/"+n.Name] = n.Status.NodeInfo.KubeletVersion
+			}
+		}
+	}
 	for _, n := range l.Talos.Nodes() {
 		nv := NodeView{Addr: n.Addr.String(), Hostname: n.Hostname, Cluster: n.Cluster, Role: string(n.Role),
-			Version: n.Version, Mode: string(n.Mode), Up: n.Up}
+			Version: n.Version, Mode: string(n.Mode), Up: n.Up, Talos: n.Version, ConfigKubernetes: n.KubernetesVersion}
+		if n.Cluster != "" {
+			nv.Kubelet = kubelets[n.Cluster+"/"+n.Hostname]
+		}
 		for _, vip := range n.VIPs {
 			nv.VIPs = append(nv.VIPs, vip.String())
 		}
@@ -146,10 +179,58 @@ func (l *Lab) World() WorldView {
 				}
 				cv.KubeNodes = append(cv.KubeNodes, KubeNodeView{Name: n.Name, Ready: ready, Kubelet: n.Status.NodeInfo.KubeletVersion})
 			}
+			cv.ControlPlane, cv.KubeProxy = controlPlaneViews(k)
 		}
 		v.Clusters = append(v.Clusters, cv)
 	}
 	return v
+}
+
+// controlPlaneViews reads the versions of the control-plane mirror pods,
+// by node, and of the kube-proxy DaemonSet from the cluster's API state.
+func controlPlaneViews(k *kube.Server) ([]ControlPlaneView, string) {
+	byNode := map[string]*ControlPlaneView{}
+	var order []string
+	for _, p := range k.Pods() {
+		if p.Namespace != "kube-system" || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 || p.Annotations[kube.AnnotationStaticPodConfigVersion] == "" {
+			continue
+		}
+		v := byNode[p.Spec.NodeName]
+		if v == nil {
+			v = &ControlPlaneView{Node: p.Spec.NodeName}
+			byNode[p.Spec.NodeName] = v
+			order = append(order, p.Spec.NodeName)
+		}
+		tag := imageTag(p.Spec.Containers[0].Image)
+		switch p.Labels["k8s-app"] {
+		case "kube-apiserver":
+			v.APIServer = tag
+		case "kube-controller-manager":
+			v.ControllerManager = tag
+		case "kube-scheduler":
+			v.Scheduler = tag
+		}
+	}
+	slices.Sort(order)
+	var out []ControlPlaneView
+	for _, n := range order {
+		out = append(out, *byNode[n])
+	}
+	proxy := ""
+	if ds, ok := k.DaemonSet("kube-system", "kube-proxy"); ok && len(ds.Spec.Template.Spec.Containers) > 0 {
+		proxy = imageTag(ds.Spec.Template.Spec.Containers[0].Image)
+	}
+	return out, proxy
+}
+
+// imageTag is the tag of an image reference (after the last colon that
+// follows the last slash), or the whole reference when it has none.
+func imageTag(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		return ref[i+1:]
+	}
+	return ref
 }
 
 // LogEntry is one operation of any emulator.

@@ -14,11 +14,13 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
@@ -585,6 +587,65 @@ func (h *talosHooks) StaticPods(cluster, hostname string, pods []talos.StaticPod
 		l.event("kube-failed", cluster, err.Error())
 	}
 	l.syncAPIVersion(cluster, k)
+	l.applyBootstrapManifests(cluster, k)
+}
+
+// applyBootstrapManifests creates the kube-proxy DaemonSet of Talos's
+// bootstrap manifests, rendered from the config of the control plane that
+// serves the API, unless it exists: Talos's ManifestApplyController only
+// creates what is missing, so a later change of .cluster.proxy.image
+// reaches the DaemonSet only when something updates it through the
+// Kubernetes API (talosctl upgrade-k8s's manifest sync).
+func (l *Lab) applyBootstrapManifests(cluster string, k *kube.Server) {
+	image := l.Talos.ProxyImage(cluster)
+	if image == "" {
+		return
+	}
+	created, err := k.EnsureDaemonSet(kubeProxyDaemonSet(image))
+	switch {
+	case err != nil:
+		l.event("kube-failed", cluster, err.Error())
+	case created:
+		l.event("kube-proxy-created", cluster, image)
+	}
+}
+
+// kubeProxyDaemonSet is the kube-proxy DaemonSet as Talos renders it
+// (internal/app/machined/pkg/controllers/k8s/internal/k8stemplates/kube-proxy.go).
+func kubeProxyDaemonSet(image string) *appsv1.DaemonSet {
+	labels := map[string]string{"k8s-app": "kube-proxy", "tier": "node"}
+	tmplLabels := map[string]string{"k8s-app": "kube-proxy", "tier": "node"}
+	return &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: metav1.NamespaceSystem, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-proxy", "tier": "node"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: tmplLabels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "kube-proxy", Image: image,
+						Command: []string{"/usr/local/bin/kube-proxy", "--proxy-mode=iptables"},
+						Env: []corev1.EnvVar{
+							{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+							{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+						},
+						SecurityContext: &corev1.SecurityContext{Privileged: new(true)},
+					}},
+					HostNetwork:        true,
+					PriorityClassName:  "system-cluster-critical",
+					ServiceAccountName: "kube-proxy",
+					Tolerations: []corev1.Toleration{
+						{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule},
+						{Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute},
+					},
+				},
+			},
+			UpdateStrategy: appsv1.DaemonSetUpdateStrategy{
+				Type:          appsv1.RollingUpdateDaemonSetStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDaemonSet{MaxUnavailable: new(intstr.FromInt32(1))},
+			},
+		},
+	}
 }
 
 // syncAPIVersion sets the version the cluster's API answers at /version to

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
@@ -137,4 +139,165 @@ machine:
 
 		return nil
 	})
+
+	// The control API reports the versions.
+	w := c.l.World()
+	for _, n := range w.Nodes {
+		if n.Cluster != c.name {
+			continue
+		}
+
+		want := target
+		if strings.Contains(n.Hostname, "-w-") {
+			want = ""
+		}
+
+		if n.Talos == "" || n.Talos != n.Version || want != "" && (n.ConfigKubernetes != want || n.Kubelet != want) || want == "" && (n.ConfigKubernetes == "" || n.Kubelet != n.ConfigKubernetes) {
+			t.Errorf("node view %+v", n)
+		}
+	}
+
+	for _, cv := range w.Clusters {
+		if cv.Name != c.name {
+			continue
+		}
+
+		if cv.Kubernetes != target || len(cv.ControlPlane) != 3 || !strings.HasPrefix(cv.KubeProxy, "v1.") {
+			t.Errorf("cluster view %+v", cv)
+		}
+
+		for _, cp := range cv.ControlPlane {
+			if cp.APIServer != target || cp.ControllerManager == "" || cp.ControllerManager == target || cp.Scheduler != cp.ControllerManager {
+				t.Errorf("control plane view %+v", cp)
+			}
+		}
+	}
+}
+
+// TestKubeProxyDaemonSet: kube-proxy runs as the DaemonSet of Talos's
+// bootstrap manifests, a Ready pod per node with the image of
+// .cluster.proxy.image; a changed config alone does not touch it (the
+// manifests are only created when missing), an update through the
+// Kubernetes API rolls its pods to the new image one node at a time.
+func TestKubeProxyDaemonSet(t *testing.T) {
+	t.Parallel()
+
+	c := startLabCluster(t, 247, lab.Options{})
+	_, cs := c.kube(t)
+	ctx := t.Context()
+
+	proxyPods := func(image string) error {
+		pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+		if err != nil {
+			return err
+		}
+
+		on := map[string]bool{}
+		for _, p := range pods.Items {
+			if !strings.HasSuffix(p.Spec.Containers[0].Image, image) || p.DeletionTimestamp != nil {
+				return fmt.Errorf("pod %s on %s: image %s", p.Name, p.Spec.NodeName, p.Spec.Containers[0].Image)
+			}
+
+			if p.Status.Phase != corev1.PodRunning || p.OwnerReferences[0].Kind != "DaemonSet" {
+				return fmt.Errorf("pod %s on %s: %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+			}
+
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status != corev1.ConditionTrue {
+					return fmt.Errorf("pod %s on %s not Ready", p.Name, p.Spec.NodeName)
+				}
+			}
+
+			on[p.Spec.NodeName] = true
+		}
+
+		for _, h := range c.hosts {
+			if !on[h] {
+				return fmt.Errorf("no kube-proxy on %s", h)
+			}
+		}
+
+		return nil
+	}
+
+	var initial string
+
+	eventually(t, "kube-proxy on every node", func() error {
+		ds, err := cs.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		initial = ds.Spec.Template.Spec.Containers[0].Image
+		if !strings.HasPrefix(initial, "registry.k8s.io/kube-proxy:") {
+			return fmt.Errorf("image %s", initial)
+		}
+
+		if ds.Status.NumberReady != int32(len(c.hosts)) || ds.Status.UpdatedNumberScheduled != int32(len(c.hosts)) {
+			return fmt.Errorf("status %+v", ds.Status)
+		}
+
+		return proxyPods(initial)
+	})
+
+	const image = "registry.k8s.io/kube-proxy:v1.37.9"
+
+	ds, err := cs.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ds.Spec.Template.Spec.Containers[0].Image = image
+
+	if _, err := cs.AppsV1().DaemonSets("kube-system").Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// maxUnavailable 1: never more than one node without a Ready pod.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-proxy not rolled: %v", proxyPods(image))
+		}
+
+		pods, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		ready := 0
+		for _, p := range pods.Items {
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+					ready++
+				}
+			}
+		}
+
+		if ready < len(c.hosts)-1 {
+			t.Fatalf("%d of %d kube-proxy pods Ready during the rollout", ready, len(c.hosts))
+		}
+
+		if proxyPods(image) == nil {
+			break
+		}
+
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	got, err := cs.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if got.Generation != 2 || got.Status.ObservedGeneration != 2 || got.Status.UpdatedNumberScheduled != int32(len(c.hosts)) {
+		t.Errorf("generation %d, status %+v", got.Generation, got.Status)
+	}
+
+	// A strategic merge patch rolls it again.
+	patch := `{"spec":{"template":{"spec":{"containers":[{"name":"kube-proxy","image":"` + initial + `"}]}}}}`
+	if _, err := cs.AppsV1().DaemonSets("kube-system").Patch(ctx, "kube-proxy", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, "kube-proxy back on "+initial, func() error { return proxyPods(initial) })
 }

@@ -434,6 +434,11 @@ func (s *Server) discovery(path string) any {
 		TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
 		Name:     "policy", Versions: []metav1.GroupVersionForDiscovery{policyGV}, PreferredVersion: policyGV,
 	}
+	appsGV := metav1.GroupVersionForDiscovery{GroupVersion: "apps/v1", Version: "v1"}
+	apps := metav1.APIGroup{
+		TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
+		Name:     "apps", Versions: []metav1.GroupVersionForDiscovery{appsGV}, PreferredVersion: appsGV,
+	}
 	switch strings.TrimSuffix(path, "/") {
 	case "/api":
 		return &metav1.APIVersions{
@@ -444,10 +449,18 @@ func (s *Server) discovery(path string) any {
 			},
 		}
 	case "/apis":
-		policy.TypeMeta = metav1.TypeMeta{}
-		return &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{policy}}
+		policy.TypeMeta, apps.TypeMeta = metav1.TypeMeta{}, metav1.TypeMeta{}
+		return &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{apps, policy}}
 	case "/apis/policy":
 		return &policy
+	case "/apis/apps":
+		return &apps
+	case "/apis/apps/v1":
+		return resourceList("apps/v1", []metav1.APIResource{
+			{Name: "daemonsets", SingularName: "daemonset", Namespaced: true, Kind: "DaemonSet", ShortNames: []string{"ds"},
+				Categories: []string{"all"}, Verbs: []string{"create", "delete", "get", "list", "patch", "update"}},
+			{Name: "daemonsets/status", Namespaced: true, Kind: "DaemonSet", Verbs: []string{"get", "patch", "update"}},
+		})
 	case "/api/v1":
 		return resourceList("v1", []metav1.APIResource{
 			{Name: "namespaces", SingularName: "namespace", Kind: "Namespace", ShortNames: []string{"ns"},

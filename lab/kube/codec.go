@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,7 +36,7 @@ var (
 )
 
 func init() {
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme, metav1.AddMetaToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme, appsv1.AddToScheme, metav1.AddMetaToScheme} {
 		if err := add(scheme); err != nil {
 			panic(fmt.Sprintf("registering API types: %v", err))
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -60,7 +61,12 @@ var (
 		gv: policyv1.SchemeGroupVersion, namespaced: true, shortNames: []string{"pdb"}, subs: []string{"status"},
 		fields: []string{"metadata.name", "metadata.namespace"},
 	}
-	resources = []*resource{namespacesResource, nodesResource, podsResource, pdbsResource}
+	daemonSetsResource = &resource{
+		name: "daemonsets", singular: "daemonset", kind: "DaemonSet",
+		gv: appsv1.SchemeGroupVersion, namespaced: true, shortNames: []string{"ds"}, subs: []string{"status"},
+		fields: []string{"metadata.name", "metadata.namespace"},
+	}
+	resources = []*resource{namespacesResource, nodesResource, podsResource, pdbsResource, daemonSetsResource}
 )
 
 func (r *resource) groupResource() schema.GroupResource {
@@ -77,6 +83,8 @@ func (r *resource) newObject() runtime.Object {
 		return &corev1.Pod{}
 	case namespacesResource:
 		return &corev1.Namespace{}
+	case daemonSetsResource:
+		return &appsv1.DaemonSet{}
 	default:
 		return &policyv1.PodDisruptionBudget{}
 	}
@@ -179,6 +187,8 @@ func fieldSet(obj runtime.Object) fields.Set {
 		return fields.Set{"metadata.name": o.Name, "status.phase": string(o.Status.Phase)}
 	case *policyv1.PodDisruptionBudget:
 		return fields.Set{"metadata.name": o.Name, "metadata.namespace": o.Namespace}
+	case *appsv1.DaemonSet:
+		return fields.Set{"metadata.name": o.Name, "metadata.namespace": o.Namespace}
 	}
 	return fields.Set{}
 }
@@ -216,6 +226,12 @@ func (st *state) list(r *resource, ns string, lsel labels.Selector, fsel fields.
 		l := &corev1.NamespaceList{ListMeta: lm, Items: []corev1.Namespace{}}
 		for _, k := range keys {
 			l.Items = append(l.Items, *st.objs[r][k].(*corev1.Namespace).DeepCopy())
+		}
+		return l
+	case daemonSetsResource:
+		l := &appsv1.DaemonSetList{ListMeta: lm, Items: []appsv1.DaemonSet{}}
+		for _, k := range keys {
+			l.Items = append(l.Items, *st.objs[r][k].(*appsv1.DaemonSet).DeepCopy())
 		}
 		return l
 	default:
@@ -283,6 +299,10 @@ func (st *state) create(r *resource, ns string, obj runtime.Object) (runtime.Obj
 	case *policyv1.PodDisruptionBudget:
 		o.Generation = 1
 		o.Status = policyv1.PodDisruptionBudgetStatus{}
+	case *appsv1.DaemonSet:
+		o.Generation = 1
+		o.Status = appsv1.DaemonSetStatus{}
+		defaultDaemonSet(o)
 	case *corev1.Node:
 		// The TaintNodesByCondition admission plugin: a new node is not ready
 		// until its kubelet says otherwise.
@@ -338,6 +358,9 @@ func (st *state) update(r *resource, ns, name, sub string, upd runtime.Object) (
 		case *policyv1.PodDisruptionBudget:
 			c := curObj.(*policyv1.PodDisruptionBudget)
 			o.ObjectMeta, o.Spec = c.ObjectMeta, c.Spec
+		case *appsv1.DaemonSet:
+			c := curObj.(*appsv1.DaemonSet)
+			o.ObjectMeta, o.Spec = c.ObjectMeta, c.Spec
 		}
 		um.SetResourceVersion(cm.GetResourceVersion())
 	} else {
@@ -371,6 +394,13 @@ func (st *state) update(r *resource, ns, name, sub string, upd runtime.Object) (
 		case *policyv1.PodDisruptionBudget:
 			c := curObj.(*policyv1.PodDisruptionBudget)
 			o.Status = c.Status
+			if !apiequality.Semantic.DeepEqual(o.Spec, c.Spec) {
+				o.Generation = c.Generation + 1
+			}
+		case *appsv1.DaemonSet:
+			c := curObj.(*appsv1.DaemonSet)
+			o.Status = c.Status
+			defaultDaemonSet(o)
 			if !apiequality.Semantic.DeepEqual(o.Spec, c.Spec) {
 				o.Generation = c.Generation + 1
 			}

@@ -43,6 +43,9 @@ func (st *state) adopt(p *corev1.Pod, replacement bool) {
 	if ref == nil || (ref.Kind != kindReplicaSet && ref.Kind != kindStatefulSet && ref.Kind != kindDaemonSet) {
 		return
 	}
+	if ref.Kind == kindDaemonSet && st.objs[daemonSetsResource][objKey(p.Namespace, ref.Name)] != nil {
+		return // the DaemonSet object's controller (runDaemonSets) runs it
+	}
 	key := ownerKey(p.Namespace, ref.Kind, ref.Name)
 	o := st.owners[key]
 	if o == nil {
@@ -69,9 +72,11 @@ func (st *state) adopt(p *corev1.Pod, replacement bool) {
 // reconcile runs the simulated kubelets, controllers and scheduler until
 // nothing changes, then brings every disruption budget's status up to date.
 func (st *state) reconcile() {
-	for range 10 {
+	// A rolling update takes a few rounds a node.
+	for range 100 {
 		changed := st.runKubelets()
 		changed = st.runControllers() || changed
+		changed = st.runDaemonSets() || changed
 		changed = st.schedule() || changed
 		if !changed {
 			break

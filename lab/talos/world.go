@@ -377,6 +377,10 @@ type NodeState struct {
 	Role Role
 	// Version is the Talos version the node runs (reports, when up).
 	Version string
+	// KubernetesVersion is the Kubernetes version of the machine config the
+	// node last received: the tag of its .machine.kubelet.image; empty in
+	// maintenance.
+	KubernetesVersion string
 	// Schematic is the Image Factory schematic of the running image; empty
 	// for images that are not Image Factory installers.
 	Schematic string
@@ -728,6 +732,7 @@ func (w *World) nodeState(n *node) NodeState {
 	if n.cfg != nil {
 		s.Role = n.role()
 		s.Cluster = n.cfg.Cluster().Name()
+		s.KubernetesVersion, _ = parseImage(n.cfg.Machine().Kubelet().Image())
 	}
 
 	if n.etcdData {
@@ -1130,4 +1135,31 @@ func (f *faults) takeCallFault(method string) (callFaultKind, codes.Code) {
 
 func shortMethod(method string) string {
 	return Op{Call: method}.Short()
+}
+
+// ProxyImage is the kube-proxy image (.cluster.proxy.image) of the machine
+// config of the control plane that serves the cluster's Kubernetes API
+// endpoint now, from which Talos renders the kube-proxy DaemonSet of its
+// bootstrap manifests; empty when none serves it or kube-proxy is disabled
+// (.cluster.proxy.disabled), when Talos renders no kube-proxy.
+func (w *World) ProxyImage(cluster string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+	if c == nil || !c.apiServing {
+		return ""
+	}
+
+	for _, n := range w.nodesOf(c) {
+		if n.runningReady() && n.controlPlane() && len(w.heldVIPs(n)) > 0 {
+			if !n.cfg.Cluster().Proxy().Enabled() {
+				return ""
+			}
+
+			return n.cfg.Cluster().Proxy().Image()
+		}
+	}
+
+	return ""
 }
