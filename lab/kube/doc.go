@@ -12,6 +12,7 @@
 //
 //   - /version, /healthz, /livez, /readyz;
 //   - legacy discovery: /api, /api/v1, /apis, /apis/policy, /apis/policy/v1,
+//     /apis/apps, /apis/apps/v1,
 //     listing only what the emulator serves (the aggregated discovery format
 //     is not offered, so client-go falls back to the legacy documents);
 //   - nodes: list (label selectors and the field selectors metadata.name and
@@ -25,7 +26,11 @@
 //   - poddisruptionbudgets (policy/v1): list, get, create, update, patch,
 //     delete, with a status kept current the way the disruption controller
 //     of kube-controller-manager computes it;
-//   - namespaces: list, get, create, update, patch.
+//   - namespaces: list, get, create, update, patch;
+//   - daemonsets (apps/v1): get, list, create, update, patch (JSON, merge
+//     and strategic merge), delete and the status subresource, with a
+//     DaemonSet controller that keeps one pod per node and rolls a template
+//     change one node at a time (kube-proxy is one, as Talos renders it).
 //
 // Requests and responses use the real wire formats: JSON, YAML and the
 // Kubernetes protobuf encoding that client-go prefers for built-in types;
