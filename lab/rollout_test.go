@@ -26,7 +26,7 @@ import (
 func TestControlPlaneFollowsConfig(t *testing.T) {
 	t.Parallel()
 
-	c := startLabCluster(t, 246, lab.Options{})
+	c := startLabCluster(t, 251, lab.Options{})
 	k, cs := c.kube(t)
 	tc := c.talos(t)
 	ctx := t.Context()
@@ -182,7 +182,7 @@ machine:
 func TestKubeProxyDaemonSet(t *testing.T) {
 	t.Parallel()
 
-	c := startLabCluster(t, 247, lab.Options{})
+	c := startLabCluster(t, 252, lab.Options{})
 	_, cs := c.kube(t)
 	ctx := t.Context()
 

@@ -268,7 +268,7 @@ func TestScaleDownThroughTheLab(t *testing.T) {
 
 	const grace = time.Second
 
-	c := startLabCluster(t, 247, lab.Options{NodeMonitorGracePeriod: grace, DrainTimeout: time.Second, EvictionRetry: 20 * time.Millisecond})
+	c := startLabCluster(t, 253, lab.Options{NodeMonitorGracePeriod: grace, DrainTimeout: time.Second, EvictionRetry: 20 * time.Millisecond})
 	k, cs := c.kube(t)
 	ctx := t.Context()
 	w1, w2 := c.worker(1), c.worker(2)
@@ -603,7 +603,7 @@ func TestScaleDownThroughTheLab(t *testing.T) {
 func TestKubernetesAPIFollowsTheVIP(t *testing.T) {
 	t.Parallel()
 
-	c := startLabCluster(t, 248, lab.Options{NodeMonitorGracePeriod: 200 * time.Millisecond})
+	c := startLabCluster(t, 254, lab.Options{NodeMonitorGracePeriod: 200 * time.Millisecond})
 	k, cs := c.kube(t)
 	ctx := t.Context()
 

@@ -13,7 +13,7 @@ import (
 // shows and a DELETE's 403 confirms.
 func TestLabEnvTokens(t *testing.T) {
 	t.Parallel()
-	l := startUp(t, "--subnet", "127.246.0.0/24,127.247.0.0/24,127.248.0.0/24")
+	l := startUp(t, "--subnet", "127.249.0.0/24,127.250.0.0/24,127.255.0.0/24")
 	call := func(method, path, id, secret string) (int, map[string]any) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), method, l.env["PROXMOX_URL"]+"/api2/json"+path, nil)

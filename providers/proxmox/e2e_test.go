@@ -23,6 +23,32 @@ import (
 	"github.com/taloscluster/taloscluster/reconcile/talos"
 )
 
+// worldNets are the second octets of the /24s this package's lab worlds
+// use, one each: clear of the networks other packages' tests use (the lab's
+// up to 127.100, cmd/taloscluster's fault matrix 127.120 to 127.166,
+// cmd/taloslab's 127.200 to 127.218 and 127.249/250/255, the lab's 127.251
+// to 127.254), as packages' tests run at the same time.
+var worldNets = func() []int {
+	var out []int
+	for n := 172; n <= 199; n++ {
+		out = append(out, n)
+	}
+	for n := 101; n <= 119; n++ {
+		out = append(out, n)
+	}
+	return out
+}()
+
+// nextNet returns the next network of worldNets, one per lab world.
+func nextNet(t *testing.T) netip.Prefix {
+	t.Helper()
+	i := int(netSeq.Add(1)) - 1
+	if i >= len(worldNets) {
+		t.Fatalf("more than %d lab worlds in this package: give worldNets more networks", len(worldNets))
+	}
+	return netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", worldNets[i]))
+}
+
 // netSeq hands each test its own loopback networks, so tests run in
 // parallel without address clashes.
 var netSeq atomic.Int32
@@ -39,11 +65,7 @@ type world struct {
 // newWorld starts a lab and writes a cluster directory pointing at it.
 func newWorld(t *testing.T, name string, workers int) *world {
 	t.Helper()
-	// 127.171.0.0/24 upwards: clear of the networks other packages' tests
-	// use (cmd/taloscluster's fault matrix has 127.120 to 127.159), as
-	// packages' tests run at the same time.
-	n := 170 + netSeq.Add(1)
-	clusterNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", n))
+	clusterNet := nextNet(t)
 	l, err := lab.Start(t.Context(), lab.Options{
 		Bridges:      map[string]netip.Prefix{"vmbr0": clusterNet},
 		TaskDuration: -1,

@@ -158,8 +158,7 @@ func TestTwoStateCopiesNeverLeaveATwin(t *testing.T) {
 // the other run's create to arrive.
 func slowBootWorld(t *testing.T, name string) *world {
 	t.Helper()
-	n := 170 + netSeq.Add(1)
-	clusterNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", n))
+	clusterNet := nextNet(t)
 	l, err := lab.Start(t.Context(), lab.Options{
 		Bridges:      map[string]netip.Prefix{"vmbr0": clusterNet},
 		TaskDuration: -1,
