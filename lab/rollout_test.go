@@ -301,3 +301,101 @@ func TestKubeProxyDaemonSet(t *testing.T) {
 
 	eventually(t, "kube-proxy back on "+initial, func() error { return proxyPods(initial) })
 }
+
+// TestLogNamesRolloutCalls: the lab's operation log names each Talos call
+// of a rollout by its method and node, and the node's lifecycle: an apply
+// that reboots, and a reboot, each show the node leaving and then joining
+// again. (A call is logged when it is answered, so with no shutdown delay
+// the node may be seen leaving before the call that made it leave.)
+func TestLogNamesRolloutCalls(t *testing.T) {
+	t.Parallel()
+
+	c := startLabCluster(t, 219, lab.Options{})
+	tc := c.talos(t)
+	ctx := t.Context()
+	w1 := c.worker(1)
+	addr := c.addrs[w1].String()
+	nctx := client.WithNode(ctx, addr)
+
+	mc, err := safe.StateGetByID[*configres.MachineConfig](nctx, tc.COSI, configres.ActiveID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	patch, err := configpatcher.LoadPatch([]byte("machine:\n  env:\n    https_proxy: http://127.0.0.1:3128\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	out, err := configpatcher.Apply(configpatcher.WithConfig(mc.Provider()), []configpatcher.Patch{patch})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	data, err := out.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// since returns the log entries after mark.
+	since := func(mark time.Time) []lab.LogEntry {
+		var out []lab.LogEntry
+		for _, e := range c.l.Log() {
+			if e.Time.After(mark) {
+				out = append(out, e)
+			}
+		}
+
+		return out
+	}
+
+	find := func(log []lab.LogEntry, from int, source, op, target string) int {
+		for i := from; i < len(log); i++ {
+			if log[i].Source == source && log[i].Op == op && strings.Contains(log[i].Target, target) {
+				return i
+			}
+		}
+
+		return -1
+	}
+
+	cycle := func(what, method string, call func() error) {
+		t.Helper()
+
+		mark := time.Now()
+
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+
+		eventually(t, what+" in the log", func() error {
+			log := since(mark)
+			called := find(log, 0, "talos", method, addr)
+			left := find(log, 0, "lab", "node-left", w1)
+			joined := find(log, max(left, 0), "lab", "node-joined", w1)
+
+			if called < 0 || left < 0 || joined < 0 {
+				return fmt.Errorf("%s at %d, node-left at %d, node-joined after it at %d", method, called, left, joined)
+			}
+
+			return nil
+		})
+	}
+
+	cycle("an apply with a reboot", "ApplyConfiguration", func() error {
+		resp, err := tc.ApplyConfiguration(nctx, &machine.ApplyConfigurationRequest{Data: data, Mode: machine.ApplyConfigurationRequest_AUTO})
+		if err == nil && resp.GetMessages()[0].GetMode() != machine.ApplyConfigurationRequest_REBOOT {
+			return fmt.Errorf("an environment change applied with mode %s, want a reboot", resp.GetMessages()[0].GetMode())
+		}
+
+		return err
+	})
+
+	eventually(t, w1+" up again", func() error {
+		_, err := tc.Version(nctx)
+
+		return err
+	})
+
+	cycle("a reboot", "Reboot", func() error { return tc.Reboot(nctx) })
+}
