@@ -418,9 +418,7 @@ func runningVersions(obs *Observation, hostname string) (talosVersion, kubeVersi
 	if ok && n.Unknown == "" && !n.Maintenance {
 		talosVersion = n.Version
 		if cfg, err := machineconfig.Parse(n.Config); n.Config != nil && err == nil && cfg.Machine() != nil {
-			if _, tag, found := strings.Cut(lastSegment(cfg.Machine().Kubelet().Image()), ":"); found {
-				kubeVersion = tag
-			}
+			kubeVersion = imageTag(cfg.Machine().Kubelet().Image())
 		}
 	}
 	if kubeVersion == "" && obs.Kube.Unknown == "" {
@@ -429,12 +427,14 @@ func runningVersions(obs *Observation, hostname string) (talosVersion, kubeVersi
 	return talosVersion, kubeVersion
 }
 
-// lastSegment returns an image reference's last path segment (name:tag).
-func lastSegment(image string) string {
-	if i := strings.LastIndexByte(image, '/'); i >= 0 {
-		return image[i+1:]
+// imageTag returns an image reference's tag, "" when it has none (a
+// colon before the last slash is a registry's port).
+func imageTag(image string) string {
+	i := strings.LastIndexByte(image, ':')
+	if i < 0 || strings.ContainsRune(image[i:], '/') {
+		return ""
 	}
-	return image
+	return image[i+1:]
 }
 
 // PlanDestroy returns what Destroy would delete, without changing anything.

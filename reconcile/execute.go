@@ -352,14 +352,7 @@ func (r *run) writeKubeconfig(ctx context.Context) error {
 // what it still waits for, with the last error.
 func (r *run) waitHealthy(ctx context.Context) error {
 	e := r.e
-	data, err := e.read(ctx, KubeconfigFile)
-	if err != nil {
-		return err
-	}
-	if len(data) == 0 {
-		return fmt.Errorf("%w: there is no %s", ErrPrecondition, KubeconfigFile)
-	}
-	kc, err := kube.New(data)
+	kc, err := r.kube(ctx)
 	if err != nil {
 		return err
 	}

@@ -202,12 +202,7 @@ func (s *Server) setReady(name string, ready bool) {
 	}
 	n = n.DeepCopy()
 	now := st.metaNow()
-	var taints []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
-			taints = append(taints, t)
-		}
-	}
+	taints := withoutReadinessTaints(n.Spec.Taints)
 	if ready {
 		cond := nodeCondition(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status", now)
 		for i := range n.Status.Conditions {
@@ -258,6 +253,18 @@ func kubeletPressureCondition(t corev1.NodeConditionType, now metav1.Time) corev
 	}
 }
 
+// withoutReadinessTaints returns taints without the not-ready and
+// unreachable taints the node lifecycle controller manages.
+func withoutReadinessTaints(taints []corev1.Taint) []corev1.Taint {
+	var out []corev1.Taint
+	for _, t := range taints {
+		if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // postShuttingDown is the node status a kubelet posts once its shutdown
 // manager has seen the machine's shutdown: Ready False with reason
 // KubeletNotReady and the message "node is shutting down", which the node
@@ -270,12 +277,7 @@ func (s *Server) postShuttingDown(name string) {
 	}
 	n = n.DeepCopy()
 	now := st.metaNow()
-	var taints []corev1.Taint
-	for _, t := range n.Spec.Taints {
-		if t.Key != corev1.TaintNodeNotReady && t.Key != corev1.TaintNodeUnreachable {
-			taints = append(taints, t)
-		}
-	}
+	taints := withoutReadinessTaints(n.Spec.Taints)
 	n.Spec.Taints = append(taints,
 		corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now},
 		corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute, TimeAdded: &now})

@@ -175,12 +175,6 @@ func compare(a, b string) int {
 	return 0
 }
 
-// SetUnschedulable cordons (true) or uncordons (false) a node, without
-// marks.
-func (c *Client) SetUnschedulable(ctx context.Context, node string, unschedulable bool) error {
-	return c.patchCordon(ctx, node, fmt.Appendf(nil, `{"spec":{"unschedulable":%t}}`, unschedulable))
-}
-
 // Cordon marks a node unschedulable and records that this engine did it,
 // with why.
 func (c *Client) Cordon(ctx context.Context, node, why string) error {

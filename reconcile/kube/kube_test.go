@@ -70,7 +70,7 @@ func TestVersionAndCordon(t *testing.T) {
 	if err != nil || v != "v1.36.1" {
 		t.Fatalf("version %q, %v", v, err)
 	}
-	if err := c.SetUnschedulable(t.Context(), "w1", true); err != nil {
+	if err := c.Cordon(t.Context(), "w1", "test"); err != nil {
 		t.Fatal(err)
 	}
 	nodes, err := c.Nodes(t.Context())
