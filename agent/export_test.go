@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"time"
 
 	"github.com/taloscluster/taloscluster/reconcile/retry"
@@ -68,3 +69,7 @@ func (s *Scheduler) RunRequeuedNow(cluster string) bool {
 	s.fire(r)
 	return true
 }
+
+// FlushReports delivers the reports the outbox holds now, as Wait does
+// after the jobs ended; for tests of a job that waits in the queue.
+func (a *Agent) FlushReports() { a.flushReports(context.Background()) }

@@ -99,6 +99,7 @@ func TestWaitingConvergeRunsAgainWithoutCountingAnAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the converge waits", func() bool { return w.requeued(1) })
+	w.agent.FlushReports()
 
 	const waiting = "waiting: a PodDisruptionBudget blocks draining w1 (token [redacted]), retrying in 10m"
 	if s := w.last("m1", convergeContext); s.state != gh.StatePending || s.description != waiting {
@@ -147,6 +148,7 @@ func TestWaitingConvergeRunsAgainWithoutCountingAnAttempt(t *testing.T) {
 			t.Fatalf("run %d: nothing requeued", n)
 		}
 		waitUntil(t, fmt.Sprintf("run %d waits", n), func() bool { return w.requeued(n) })
+		w.agent.FlushReports()
 		if q := w.agent.Status().Queue; q[0].Attempt > 1 || q[0].Waiting == "" {
 			t.Fatalf("run %d: queued %+v; a wait counts no attempt", n, q)
 		}
@@ -214,6 +216,7 @@ func TestWaitingConvergeFailsAfterTheLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the converge waits", func() bool { return w.requeued(1) })
+	w.agent.FlushReports()
 	// No wait named: the agent's backoff, 20 minutes give or take a fifth.
 	s := w.last("m1", convergeContext)
 	if s.state != gh.StatePending || !strings.HasPrefix(s.description, "waiting: a PodDisruptionBudget blocks draining w1 (token [redacted]), retrying in ") {
@@ -225,6 +228,7 @@ func TestWaitingConvergeFailsAfterTheLimit(t *testing.T) {
 		t.Fatal("nothing requeued")
 	}
 	waitUntil(t, "the second run waits", func() bool { return w.requeued(2) })
+	w.agent.FlushReports()
 	if s := w.last("m1", convergeContext); s.description != "waiting: a PodDisruptionBudget blocks draining w1 (token [redacted]), retrying in 1m" {
 		t.Fatalf("converge status %+v; want the wait cut to the minute left", s)
 	}
