@@ -568,13 +568,17 @@ func TestScaleDownThroughTheLab(t *testing.T) {
 		}
 
 		for _, host := range []string{cp2, cp1} {
+			before, _ := c.l.Talos.Node(c.addrs[host])
+
 			if err := tc.Reboot(client.WithNode(ctx, c.addrs[host].String())); err != nil {
 				t.Fatal(err)
 			}
 
-			eventually(t, host+" to go down", func() error {
-				if k.KubeletRunning(host) {
-					return errors.New("still running")
+			// Booted again (on a busy machine the moment it was down can be
+			// too short to see).
+			eventually(t, host+" to reboot", func() error {
+				if st, _ := c.l.Talos.Node(c.addrs[host]); st.Boots <= before.Boots {
+					return errors.New("not rebooted yet")
 				}
 
 				return nil

@@ -524,7 +524,7 @@ func TestScenarioEtcdGateIgnoresTheAPI(t *testing.T) {
 	w.set(t, "controlplane.count", "3")
 	e := w.engine(t)
 	// Long enough for a few whole looks at etcd on a busy machine.
-	e.BootTimeout = 10 * time.Second
+	e.BootTimeout = 30 * time.Second
 	mark := time.Now()
 	err := e.Converge(ctx)
 	if err == nil || !strings.Contains(err.Error(), "waiting for a healthy etcd before removing "+w.name+"-controlplane-05") || !strings.Contains(err.Error(), "controlplane-02") {
