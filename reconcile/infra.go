@@ -53,6 +53,10 @@ type Machine struct {
 	// NoAddress says why a running machine reports no address, such as
 	// the guest agent's answer; empty otherwise.
 	NoAddress string
+	// RestartPending lists the changes the provider made to the machine
+	// that take effect only when it next restarts (such as "cores 2 -> 4");
+	// empty when there are none.
+	RestartPending []string
 }
 
 // Desired is what the cluster should be, as the provider needs it.
@@ -99,4 +103,13 @@ type Preflighter interface {
 // refused.
 type Remover interface {
 	PlanRemove(hostname string, have Inventory) []plan.Change
+}
+
+// Restarter is an optional capability of an Infra: the provider's steps
+// that restart one machine (a power cycle, which a guest reboot is not) so
+// that changes waiting for a restart take effect, planned from what it
+// observed, without I/O. The engine drains the node first and waits for it
+// to come back healthy after.
+type Restarter interface {
+	PlanRestart(hostname string, have Inventory) []plan.Change
 }

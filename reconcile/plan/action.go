@@ -33,6 +33,10 @@ const (
 	// ActionReset resets a node through Talos: drained, out of etcd, its
 	// disk wiped, powered off ("x").
 	ActionReset Action = "reset"
+	// ActionRestart restarts a running machine: a Talos reboot, or a power
+	// cycle by its provider so that pending hardware changes take effect
+	// ("@").
+	ActionRestart Action = "restart"
 	// ActionWait is a gate: it changes nothing and waits until a condition
 	// holds, or stops the run ("=").
 	ActionWait Action = "wait"
@@ -53,6 +57,7 @@ var actions = []Action{
 	ActionBootstrap,
 	ActionDrain,
 	ActionReset,
+	ActionRestart,
 	ActionWait,
 	ActionRefuse,
 }
@@ -69,7 +74,7 @@ func (a Action) Valid() bool {
 }
 
 // Symbol returns the short marker the text renderers print in front of a
-// change: "+", "~", "-/+", "-", ">", "^", "*", "v", "x", "=" or "!". An unknown action
+// change: "+", "~", "-/+", "-", ">", "^", "*", "v", "x", "@", "=" or "!". An unknown action
 // gives "?".
 func (a Action) Symbol() string {
 	switch a {
@@ -91,6 +96,8 @@ func (a Action) Symbol() string {
 		return "v"
 	case ActionReset:
 		return "x"
+	case ActionRestart:
+		return "@"
 	case ActionWait:
 		return "="
 	case ActionRefuse:

@@ -29,6 +29,8 @@ type Counts struct {
 	Wait int
 	// Drain counts ActionDrain changes and Reset ActionReset changes.
 	Drain, Reset int
+	// Restart counts ActionRestart changes.
+	Restart int
 	// Refused counts the plan's refusals (every ActionRefuse change added
 	// with Add is among them).
 	Refused int
@@ -61,6 +63,8 @@ func (p *Plan) Counts() Counts {
 			n.Drain++
 		case ActionReset:
 			n.Reset++
+		case ActionRestart:
+			n.Restart++
 		}
 	}
 	n.Refused = len(p.Refusals)
@@ -95,6 +99,7 @@ func (p *Plan) Summary() string {
 		parts = appendCount(parts, n.Bootstrap, "bootstrap", "bootstraps")
 		parts = appendCount(parts, n.Drain, "drain", "drains")
 		parts = appendCount(parts, n.Reset, "reset", "resets")
+		parts = appendCount(parts, n.Restart, "restart", "restarts")
 		parts = appendCount(parts, n.Wait, "wait", "waits")
 		parts = appendCount(parts, n.Refused, "refused", "refused")
 		if incomplete != "" {

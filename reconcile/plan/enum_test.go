@@ -83,6 +83,7 @@ func TestActionSymbol(t *testing.T) {
 		{plan.ActionBootstrap, "*"},
 		{plan.ActionDrain, "v"},
 		{plan.ActionReset, "x"},
+		{plan.ActionRestart, "@"},
 		{plan.ActionWait, "="},
 		{plan.ActionRefuse, "!"},
 		{"rename", "?"},

@@ -89,6 +89,12 @@ type Change struct {
 	// Diff is an optional text diff, for example of a machine
 	// configuration. It must be redacted before it is put here.
 	Diff string `json:"diff,omitempty"`
+	// Batch, when not zero, marks a step that runs in parallel with the
+	// other steps of the same batch: converge runs each machine's steps of
+	// a batch in order (a machine's steps name it as their resource), and
+	// the machines of the batch at the same time; the next step after the
+	// batch starts once every machine's steps are done.
+	Batch int `json:"batch,omitempty"`
 	// Op is the typed operation the executor of the step's domain runs.
 	// It is not part of the JSON form: a plan is shown from the other
 	// fields and executed from this one, never from display text.
