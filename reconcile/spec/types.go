@@ -1,6 +1,7 @@
 // Package spec reads a cluster directory (cluster.yaml, its includes and
 // secrets.yaml) the way the Python taloscluster tool reads it, validates it
-// and turns it into a typed Cluster.
+// and turns it into a typed Cluster. It also reads the few keys the
+// Python tool lacks: proxmox.image_factory, rollout and remediation.
 //
 // Loading goes raw YAML -> merged tree -> Validate -> Cluster in one step, and
 // every problem is reported at once, each naming the file, the line and the
