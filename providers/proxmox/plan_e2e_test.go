@@ -205,6 +205,9 @@ type keyCase struct {
 // inertKey is a key whose change must leave the plan empty, and why.
 type inertKey struct {
 	key, value, why string
+	// path is where value is set when it is not the key itself (with the
+	// placeholders filled in), e.g. the section holding the key.
+	path string
 	// files are extra files written into the cluster directory.
 	files map[string]string
 }
@@ -341,6 +344,12 @@ func keyWalk(name string, net netip.Prefix, pveURL string) ([]keyCase, []inertKe
 		{key: "proxmox.placement_strategy", value: "spread", why: "only places machines that do not exist yet"},
 		{key: "proxmox.tls_verify", value: "ca.pem", why: "how converge talks to Proxmox, not the cluster"},
 		{key: "proxmox.url", value: strings.TrimSuffix(pveURL, "/") + "/api2/json", why: "the same Proxmox API, written with its path"},
+		// The walk cluster has one worker: a larger max_unavailable, or a
+		// percentage max_unhealthy, would add a load warning.
+		{key: "rollout.max_unavailable", value: "1", why: "paces the rollouts other changes start; it plans nothing itself"},
+		{key: "remediation.after", path: "remediation", value: "{after: 15m, max_unhealthy: 1}", why: "remediation acts on machines that turn unhealthy, never on a plan of the file"},
+		{key: "remediation.max_unhealthy", value: "1", why: "remediation acts on machines that turn unhealthy, never on a plan of the file"},
+		{key: "remediation.pools", path: "remediation", value: "{pools: [worker], max_unhealthy: 1}", why: "remediation acts on machines that turn unhealthy, never on a plan of the file"},
 	}
 	return cases, inert
 }
@@ -468,8 +477,11 @@ func TestEveryKeyIsPlannedOrRefused(t *testing.T) {
 		})
 	}
 	for _, tc := range inert {
-		path := walkNames.Replace(tc.key)
-		t.Run("inert/"+path, func(t *testing.T) {
+		path := tc.path
+		if path == "" {
+			path = walkNames.Replace(tc.key)
+		}
+		t.Run("inert/"+walkNames.Replace(tc.key), func(t *testing.T) {
 			p, err := planSets(t, ctx, w, [][2]string{{path, tc.value}}, tc.files)
 			if err != nil {
 				t.Fatalf("plan with %s = %s: %v", path, tc.value, err)

@@ -22,10 +22,12 @@ const (
 // maxFileSize bounds what is read of any one cluster file.
 const maxFileSize = 4 << 20
 
-// coreSections are the top-level keys the engine itself owns.
+// coreSections are the top-level keys the engine itself owns: the Python
+// tool's, then rollout and remediation, which it does not have.
 var coreSections = []string{
 	"name", "tags", "talos", "kubernetes", "controlplane", "workers", "network",
 	"security", "tailscale", "openstack", "proxmox", "metal", "include",
+	"rollout", "remediation",
 }
 
 // pluginSections are the top-level keys owned by the plugins this build

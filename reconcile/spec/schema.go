@@ -21,6 +21,10 @@ var (
 	proxmoxClusterNetworkKeys  = []string{"bridge", "vnet", "sdn"}
 	proxmoxExternalNetworkKeys = []string{"bridge"}
 	sdnKeys                    = []string{"name", "zone", "controller", "asn", "vrf_tag", "tag", "mtu", "nodes", "exit_nodes", "primary_exit_node"}
+	// rolloutKeys and remediationKeys are additions beside the Python
+	// tool's schema.
+	rolloutKeys     = []string{"max_unavailable"}
+	remediationKeys = []string{"after", "max_unhealthy", "pools"}
 	// securityRuleKeys are the keys of a long-form security rule; a
 	// short-form rule maps labels to CIDRs.
 	securityRuleKeys = []string{"hosts", "port"}
@@ -70,6 +74,8 @@ func schema() []schemaSection {
 		{"proxmox.network.cluster.sdn", sdnKeys},
 		{"proxmox.network.external", proxmoxExternalNetworkKeys},
 		{"metal", []string{KeyGroup}},
+		{"rollout", rolloutKeys},
+		{"remediation", remediationKeys},
 	}
 	for _, m := range []struct {
 		path string

@@ -19,6 +19,7 @@ func TestKeysAreTheValidatorsKeys(t *testing.T) {
 		"network.external.ingress_pool", "network.cluster.mtu", "security.<rule>.port",
 		"proxmox.network.cluster.sdn.primary_exit_node", "proxmox.image_factory",
 		"openstack.metadata", "metal.<group>.servers.<server>.bmc.tls_verify", "argocd",
+		"rollout.max_unavailable", "remediation.after", "remediation.max_unhealthy", "remediation.pools",
 	} {
 		if !slices.Contains(keys, want) {
 			t.Errorf("Keys lacks %s", want)

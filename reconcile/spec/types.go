@@ -1,6 +1,7 @@
 // Package spec reads a cluster directory (cluster.yaml, its includes and
 // secrets.yaml) the way the Python taloscluster tool reads it, validates it
-// and turns it into a typed Cluster.
+// and turns it into a typed Cluster. It also reads the few keys the
+// Python tool lacks: proxmox.image_factory, rollout and remediation.
 //
 // Loading goes raw YAML -> merged tree -> Validate -> Cluster in one step, and
 // every problem is reported at once, each naming the file, the line and the
@@ -16,7 +17,10 @@ package spec
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Role is the role a machine plays in the cluster.
@@ -64,6 +68,12 @@ type Cluster struct {
 	Metal []MetalGroup
 	// Plugins holds the configured plugin sections (argocd, rancher, charts).
 	Plugins Plugins
+	// Rollout paces day-2 rollouts; its zero value means the defaults (see
+	// Cluster.MaxUnavailable).
+	Rollout Rollout
+	// Remediation is nil when no remediation section is opted in, which
+	// turns remediation off.
+	Remediation *Remediation
 
 	// sources records where values were written (see Source).
 	sources map[string]Source
@@ -291,6 +301,99 @@ type BMC struct {
 	Password  string
 	Scheme    string
 	TLSVerify TLSVerify
+}
+
+// DefaultMaxUnavailable is how many workers a rollout takes down at a time
+// when rollout.max_unavailable is not set.
+const DefaultMaxUnavailable = 1
+
+// Rollout is the rollout section: how a day-2 rollout (a Talos upgrade, a
+// restart, a config apply that needs a restart) proceeds. It is an
+// addition beside the Python tool's schema.
+type Rollout struct {
+	// MaxUnavailable is how many worker machines a rollout takes down at a
+	// time. Load sets it to DefaultMaxUnavailable when the key is absent;
+	// read it through Cluster.MaxUnavailable, which also covers a Cluster
+	// built without Load. Control planes always go one at a time.
+	MaxUnavailable int
+}
+
+// MaxUnavailable returns how many worker machines a rollout may take down
+// at a time: rollout.max_unavailable, and never less than 1.
+func (c *Cluster) MaxUnavailable() int {
+	return max(c.Rollout.MaxUnavailable, DefaultMaxUnavailable)
+}
+
+// Remediation defaults, used when the remediation section is present but
+// leaves a key out.
+const (
+	DefaultRemediationAfter = 10 * time.Minute
+	// MinRemediationAfter is the shortest remediation.after accepted:
+	// Kubernetes alone takes 40 to 50 seconds (its node-monitor grace
+	// period) to mark a silent node NotReady.
+	MinRemediationAfter = time.Minute
+)
+
+// DefaultMaxUnhealthy is remediation.max_unhealthy when the key is absent:
+// 40% of a pool.
+var DefaultMaxUnhealthy = MaxUnhealthy{Percent: 40}
+
+// Remediation is the remediation section: the opt-in replacement of worker
+// machines that stay unhealthy. Control planes are never remediated. It is
+// an addition beside the Python tool's schema.
+type Remediation struct {
+	// After is how long a worker must stay unhealthy before it is
+	// replaced; DefaultRemediationAfter when not set, never below
+	// MinRemediationAfter.
+	After time.Duration
+	// MaxUnhealthy bounds how many machines of one pool are remediated at
+	// once (see Limit); DefaultMaxUnhealthy when not set.
+	MaxUnhealthy MaxUnhealthy
+	// Pools names the worker pools remediation covers, in file order; nil
+	// means every worker pool.
+	Pools []string
+}
+
+// MaxUnhealthy is remediation.max_unhealthy, kept in the form it was
+// written: a percentage of a pool or a count of machines. Exactly one of
+// its fields is set.
+type MaxUnhealthy struct {
+	// Percent is 1 to 100 for a percentage such as "40%", else 0.
+	Percent int
+	// Count is a number of machines (1 or more), else 0.
+	Count int
+}
+
+// String returns the value as written in cluster.yaml: "40%" or "2".
+func (m MaxUnhealthy) String() string {
+	if m.Percent > 0 {
+		return strconv.Itoa(m.Percent) + "%"
+	}
+	return strconv.Itoa(m.Count)
+}
+
+// Limit returns how many machines of a pool of poolSize machines may be
+// remediated at once. A percentage is rounded down, so a pool too small
+// for it gets 0: it is never remediated (validation warns about it). A
+// count is capped at the pool's size. A nil Remediation gives 0.
+func (r *Remediation) Limit(poolSize int) int {
+	if r == nil || poolSize <= 0 {
+		return 0
+	}
+	if r.MaxUnhealthy.Percent > 0 {
+		return poolSize * r.MaxUnhealthy.Percent / 100
+	}
+	return min(r.MaxUnhealthy.Count, poolSize)
+}
+
+// Covers reports whether remediation applies to the pool named pool: a
+// worker pool listed in Pools, or any worker pool when Pools is empty. The
+// control plane is never covered, and a nil Remediation covers nothing.
+func (r *Remediation) Covers(pool string) bool {
+	if r == nil || pool == string(RoleControlPlane) {
+		return false
+	}
+	return len(r.Pools) == 0 || slices.Contains(r.Pools, pool)
 }
 
 // Plugins holds the plugin sections. A nil field means the section is absent.

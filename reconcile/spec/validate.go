@@ -66,6 +66,8 @@ func (v *validator) cluster(t *node) *Cluster {
 		v.proxmoxLayout(t, c)
 	}
 	c.Plugins = v.plugins(t, c)
+	c.Rollout = v.rollout(t, c)
+	c.Remediation = v.remediation(t, c)
 	v.clusterWarnings(t, c)
 	return c
 }
