@@ -86,6 +86,10 @@ type Engine struct {
 	// example "taloscluster converge"; empty means the kind of run and the
 	// commit.
 	Holder string
+	// Reboot restarts the machines whose provider changes (cores,
+	// memory) wait for a restart, one control plane at a time, then the
+	// workers in batches (converge --reboot).
+	Reboot bool
 	// WaitLock makes Converge and Destroy wait, bounded by their context,
 	// for a mutation lock another run holds, instead of failing at once
 	// with a state.LockedError.
@@ -207,7 +211,7 @@ func (e *Engine) Desired(ctx context.Context) (*Desired, error) {
 // desired is Desired with each existing node's config made at the
 // versions it runs, as obs found them (nil: cluster.yaml's versions).
 func (e *Engine) desired(ctx context.Context, obs *Observation) (*Desired, error) {
-	want := &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster), Configs: map[string][]byte{}}
+	want := &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster), Configs: map[string][]byte{}, Restart: e.Reboot}
 	bundle, err := e.bundle(ctx)
 	if err != nil || bundle == nil {
 		return want, err
@@ -377,30 +381,81 @@ func (e *Engine) recheck(ctx context.Context, open []state.Entry) error {
 
 // configs generates the machine config of every desired machine: a new
 // one at cluster.yaml's versions, one that exists at those it runs (obs;
-// nil for none).
+// nil for none). A control plane in the middle of a Kubernetes upgrade
+// keeps the newer components it already runs: its config is never moved
+// back. want.ConfigAt generates configs at other versions, for the later
+// steps of a rollout.
 func (e *Engine) configs(want *Desired, bundle *secrets.Bundle, obs *Observation) error {
 	endpoint, vip := Endpoint(e.Cluster)
-	for _, m := range want.Machines {
-		in := machineconfig.Input{Cluster: e.Cluster, Secrets: bundle, Endpoint: endpoint, VIP: vip}
-		in.TalosVersion, in.KubernetesVersion = runningVersions(obs, m.Hostname)
+	gen := func(m machineconfig.Machine, talosVersion, kubeVersion string) ([]byte, error) {
+		in := machineconfig.Input{Cluster: e.Cluster, Secrets: bundle, Endpoint: endpoint, VIP: vip,
+			TalosVersion: talosVersion, KubernetesVersion: kubeVersion}
 		cfg, err := machineconfig.Generate(in, m)
-		if err != nil && (in.TalosVersion != "" || in.KubernetesVersion != "") {
+		if err != nil {
+			return nil, err
+		}
+		return machineconfig.Encode(cfg)
+	}
+	want.ConfigAt = func(hostname, talosVersion, kubeVersion string) ([]byte, error) {
+		for _, m := range want.Machines {
+			if m.Hostname == hostname {
+				return gen(m, talosVersion, kubeVersion)
+			}
+		}
+		return nil, fmt.Errorf("no machine %s in cluster.yaml", hostname)
+	}
+	for _, m := range want.Machines {
+		tv, kv := runningVersions(obs, m.Hostname)
+		data, err := gen(m, tv, kv)
+		if err != nil && (tv != "" || kv != "") {
 			// A version this build cannot write configs for (a Talos
 			// outside its range): the node's version is refused by the
 			// planner; its config is compared at cluster.yaml's.
-			in.TalosVersion, in.KubernetesVersion = "", ""
-			cfg, err = machineconfig.Generate(in, m)
+			data, err = gen(m, "", "")
 		}
 		if err != nil {
 			return err
 		}
-		data, err := machineconfig.Encode(cfg)
-		if err != nil {
-			return err
+		if n, ok := obs.nodeFacts(m.Hostname); ok && m.Role() == spec.RoleControlPlane {
+			if data, err = keepNewerComponents(data, n.Config); err != nil {
+				return fmt.Errorf("the machine config of %s: %w", m.Hostname, err)
+			}
 		}
 		want.Configs[m.Hostname] = data
 	}
 	return nil
+}
+
+// nodeFacts returns the Talos facts of a machine that answered with its
+// running config; ok is false otherwise (and for a nil observation).
+func (o *Observation) nodeFacts(hostname string) (NodeFacts, bool) {
+	if o == nil || o.Offline {
+		return NodeFacts{}, false
+	}
+	n, ok := o.Nodes[hostname]
+	return n, ok && n.Unknown == "" && !n.Maintenance && n.Config != nil
+}
+
+// keepNewerComponents returns the desired config with each control-plane
+// component at the version the running config has when that one is newer:
+// an interrupted Kubernetes upgrade moved it already.
+func keepNewerComponents(desired, running []byte) ([]byte, error) {
+	for _, comp := range []string{machineconfig.APIServer, machineconfig.ControllerManager, machineconfig.Scheduler} {
+		have, err := machineconfig.ComponentImage(running, comp)
+		if err != nil {
+			return nil, err
+		}
+		want, err := machineconfig.ComponentImage(desired, comp)
+		if err != nil {
+			return nil, err
+		}
+		if hv := imageTag(have); hv != "" && older(imageTag(want), hv) {
+			if desired, err = machineconfig.WithComponentVersion(desired, comp, hv); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return desired, nil
 }
 
 // runningVersions returns the Talos and Kubernetes versions a machine runs

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -34,32 +35,110 @@ type run struct {
 	unreadAddrs []string
 	// kc is the Kubernetes client, once a step needed it.
 	kc *kube.Client
+
+	// mu guards what the parallel steps of a batch share: the clients
+	// above and the maps below.
+	mu sync.Mutex
+	// boots holds, by hostname, the boot ID a node had when this run
+	// asked for its restart.
+	boots map[string]string
+	// selfReboot marks the nodes that reboot by themselves after an
+	// install (the older upgrade call).
+	selfReboot map[string]bool
+	// refs are the running nodes the plan's rollout steps name.
+	refs map[string]nodeRef
 }
 
 // execute runs the plan's steps in order, each recorded in the journal
 // before it mutates anything. It stops at the first step that fails.
 func (e *Engine) execute(ctx context.Context, p *plan.Plan, want *Desired) error {
-	r := &run{e: e, want: want}
+	r := &run{e: e, want: want, boots: map[string]string{}, selfReboot: map[string]bool{}, refs: nodeRefs(p)}
 	defer r.close()
-	total := executable(p)
-	i := 0
+	var steps []plan.Change
 	for _, st := range p.Changes {
-		if st.Action == plan.ActionRefuse {
-			continue
-		}
-		i++
-		e.say(st.Phase, "[%d/%d] %s %s %s", i, total, st.Action.Symbol(), st.Resource.Kind, st.Resource.Name)
-		if err := r.journaled(ctx, st); err != nil {
-			if errors.Is(err, ErrPrecondition) {
-				// The world changed since the plan was made: planning again
-				// may well succeed, so the failure is worth a retry (which
-				// the reviewed-plan check still guards).
-				err = retry.Transient(err)
-			}
-			return fmt.Errorf("step %d of %d (%s %s %s): %w", i, total, st.Phase, st.Action, st.Resource, err)
+		if st.Action != plan.ActionRefuse {
+			steps = append(steps, st)
 		}
 	}
+	total := len(steps)
+	for i := 0; i < total; {
+		st := steps[i]
+		if st.Batch == 0 {
+			if err := r.numbered(ctx, i+1, total, st); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		j := i
+		for j < total && steps[j].Batch == st.Batch {
+			j++
+		}
+		if err := r.batch(ctx, steps[i:j], i, total); err != nil {
+			return err
+		}
+		i = j
+	}
 	return nil
+}
+
+// numbered runs the step numbered i of total.
+func (r *run) numbered(ctx context.Context, i, total int, st plan.Change) error {
+	r.e.say(st.Phase, "[%d/%d] %s %s %s", i, total, st.Action.Symbol(), st.Resource.Kind, st.Resource.Name)
+	if err := r.journaled(ctx, st); err != nil {
+		if errors.Is(err, ErrPrecondition) {
+			// The world changed since the plan was made: planning again
+			// may well succeed, so the failure is worth a retry (which
+			// the reviewed-plan check still guards).
+			err = retry.Transient(err)
+		}
+		return fmt.Errorf("step %d of %d (%s %s %s): %w", i, total, st.Phase, st.Action, st.Resource, err)
+	}
+	return nil
+}
+
+// batch runs the steps of one batch (steps[0] is step offset+1): each
+// machine's steps in order, the machines at the same time. It returns
+// once every machine's steps ended, with their errors.
+func (r *run) batch(ctx context.Context, steps []plan.Change, offset, total int) error {
+	var order []string
+	byMachine := map[string][]int{}
+	for i, st := range steps {
+		if _, ok := byMachine[st.Resource.Name]; !ok {
+			order = append(order, st.Resource.Name)
+		}
+		byMachine[st.Resource.Name] = append(byMachine[st.Resource.Name], i)
+	}
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for k, name := range order {
+		wg.Go(func() {
+			for _, i := range byMachine[name] {
+				if err := r.numbered(ctx, offset+i+1, total, steps[i]); err != nil {
+					errs[k] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// nodeRefs collects the running nodes the plan's rollout steps name.
+func nodeRefs(p *plan.Plan) map[string]nodeRef {
+	out := map[string]nodeRef{}
+	for _, st := range p.Changes {
+		switch op := st.Op.(type) {
+		case nodeBack:
+			out[op.hostname] = op.nodeRef
+		case rebootNode:
+			out[op.hostname] = op.nodeRef
+		case applyConfig:
+			out[op.hostname] = op.nodeRef
+		}
+	}
+	return out
 }
 
 func (r *run) close() {
@@ -72,14 +151,25 @@ func (r *run) close() {
 // before and after.
 func (r *run) journaled(ctx context.Context, st plan.Change) error {
 	e := r.e
+	var boot string
+	if ref, ok := r.restarting(st); ok {
+		var err error
+		if boot, err = r.readBoot(ctx, ref); err != nil {
+			return err
+		}
+	}
 	if e.Journal == nil || st.Domain == plan.DomainGate {
 		return r.step(ctx, st)
 	}
-	id, err := e.Journal.Begin(ctx, e.Key, state.Entry{Op: string(st.Action) + " " + string(st.Resource.Kind), Target: st.Resource.Name, Commit: e.Commit})
+	r.mu.Lock()
+	id, err := e.Journal.Begin(ctx, e.Key, state.Entry{Op: string(st.Action) + " " + string(st.Resource.Kind), Target: st.Resource.Name, Commit: e.Commit, Boot: boot})
+	r.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("recording the intent: %w", err)
 	}
 	err = r.step(ctx, st)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if jerr := e.Journal.Done(context.WithoutCancel(ctx), e.Key, id, err); jerr != nil && err == nil {
 		err = fmt.Errorf("recording the outcome: %w", jerr)
 	}
@@ -107,11 +197,32 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 	case deleteState:
 		return r.deleteState(ctx, op.file)
 	case cordonNode:
-		return r.cordon(ctx, op.hostname)
+		return r.cordon(ctx, op.hostname, op.why)
 	case uncordonNode:
-		return r.uncordon(ctx, op.hostname)
+		err := r.uncordon(ctx, op.hostname)
+		if err != nil && op.bestEffort {
+			r.e.say(st.Phase, "warning: uncordoning %s failed; it stays unschedulable until uncordoned: %v", op.hostname, err)
+			return nil
+		}
+		return err
 	case drainNode:
-		return r.drain(ctx, op.hostname)
+		return r.drain(ctx, op.hostname, op.phase)
+	case clusterHealthy:
+		return r.clusterHealthy(ctx, st.Phase, op)
+	case applyConfig:
+		return r.applyConfig(ctx, st.Phase, op)
+	case installTalos:
+		return r.installTalos(ctx, st.Phase, op)
+	case rebootNode:
+		return r.reboot(ctx, st.Phase, op)
+	case nodeBack:
+		return r.nodeBack(ctx, st.Phase, op)
+	case setComponent:
+		return r.setComponent(ctx, st.Phase, op)
+	case setKubeProxy:
+		return r.setKubeProxy(ctx, st.Phase, op)
+	case setKubelet:
+		return r.setKubelet(ctx, st.Phase, op)
 	case resetMachine:
 		return r.reset(ctx, op)
 	case leftEtcd:
@@ -251,6 +362,8 @@ func (r *run) talosClient(ctx context.Context) (*talos.Client, []string, error) 
 // dial returns the run's Talos client with the given endpoints, made
 // again only when they changed.
 func (r *run) dial(ctx context.Context, endpoints []string) (*talos.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	key := strings.Join(endpoints, ",")
 	if r.tc != nil && r.tcFor == key {
 		return r.tc, nil

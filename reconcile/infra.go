@@ -67,6 +67,13 @@ type Desired struct {
 	// created, by hostname. It is filled in once the cluster identity
 	// exists; a plan without an identity leaves it empty.
 	Configs map[string][]byte
+	// ConfigAt generates a machine's config at the given Talos and
+	// Kubernetes versions (a rollout's later steps); nil without an
+	// identity. It does no I/O.
+	ConfigAt func(hostname, talosVersion, kubernetesVersion string) ([]byte, error)
+	// Restart asks for the restart of the machines whose provider changes
+	// wait for one (converge --reboot).
+	Restart bool
 }
 
 // machine returns the observed machine with the given hostname.

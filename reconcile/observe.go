@@ -81,6 +81,9 @@ type NodeFacts struct {
 	// Etcd is the state of a control plane's etcd service ("Running",
 	// "Preparing", ...); empty on workers or when unknown.
 	Etcd string
+	// BootID is the node's boot ID, read only when an interrupted run
+	// left a restart of the node open in the journal; "" otherwise.
+	BootID string
 }
 
 // EtcdFacts is the etcd membership as a healthy control plane sees it.
@@ -237,11 +240,19 @@ func (e *Engine) observeNodes(ctx context.Context, obs *Observation, bundle *sec
 	if err != nil {
 		return nil, err
 	}
+	restarting := map[string]bool{}
+	for _, en := range obs.Journal {
+		restarting[en.Target] = restarting[en.Target] || en.Boot != ""
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, t := range targets {
 		wg.Go(func() {
 			f := nodeFacts(ctx, tc, bundle, t.addr, t.cp)
+			if restarting[t.host] && f.Unknown == "" && !f.Maintenance {
+				// An interrupted run asked for its restart: did it happen?
+				f.BootID, _ = tc.BootID(ctx, t.addr)
+			}
 			mu.Lock()
 			obs.Nodes[t.host] = f
 			mu.Unlock()

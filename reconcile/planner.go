@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -78,11 +77,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return nil, err
 	}
 	refuseIdentity(p, want, obs)
-	refuseVersions(p, want, obs)
 	refuseUnimplementedTalos(p, want)
-	if err := refuseConfigs(p, want, obs); err != nil {
-		return nil, err
-	}
 	refuseUnreachable(p, obs)
 	refuseMaintenance(p, want, obs)
 
@@ -90,6 +85,9 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return nil, err
 	}
 	planScaleDown(p, want, obs, infra)
+	if err := planRollout(p, want, obs, infra); err != nil {
+		return nil, err
+	}
 	if !obs.State.Secrets && len(obs.Inventory.Machines()) == 0 {
 		p.Add(plan.Change{Phase: plan.PhaseSecrets, Domain: plan.DomainState, Action: plan.ActionCreate,
 			Resource: plan.Resource{Kind: plan.KindTalosSecrets, Name: TalosSecretsFile},
@@ -299,38 +297,6 @@ func refuseIdentity(p *plan.Plan, want *Desired, obs *Observation) {
 	}
 }
 
-// refuseVersions refuses Talos and Kubernetes version changes, which need
-// upgrades that are not supported yet.
-func refuseVersions(p *plan.Plan, want *Desired, obs *Observation) {
-	c := want.Cluster
-	byVersion := map[string][]string{}
-	for _, m := range obs.Inventory.Machines() {
-		if !isDesired(want, m.Hostname) {
-			continue // removed by scale-down, whatever it runs
-		}
-		if n, ok := obs.Nodes[m.Hostname]; ok && n.Unknown == "" && n.Version != c.Talos.Version {
-			byVersion[n.Version] = append(byVersion[n.Version], m.Hostname)
-		}
-	}
-	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
-		hosts := byVersion[v]
-		what := "upgrades are not supported yet"
-		if older(c.Talos.Version, v) {
-			what = "downgrades are not supported"
-		}
-		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "talos.version"},
-			fmt.Sprintf("talos.version %s -> %s on %s: %s", v, c.Talos.Version, strings.Join(hosts, ", "), what))
-	}
-	if have := obs.Kube.Version; obs.Kube.Unknown == "" && have != "" && !sameVersion(have, c.Kubernetes.Version) {
-		what := "upgrades are not supported yet"
-		if older(c.Kubernetes.Version, have) {
-			what = "downgrades are not supported"
-		}
-		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "kubernetes.version"},
-			fmt.Sprintf("kubernetes.version %s -> %s: %s", have, c.Kubernetes.Version, what))
-	}
-}
-
 // older reports whether version a is older than b; versions that do not
 // parse compare as not older.
 func older(a, b string) bool {
@@ -346,34 +312,6 @@ func sameVersion(a, b string) bool {
 		return a == b
 	}
 	return va.EqualTo(vb)
-}
-
-// refuseConfigs compares each node's running machine config with the one
-// cluster.yaml gives it: applying configs to running nodes is not
-// supported yet, so a difference is a refusal that shows the redacted diff.
-func refuseConfigs(p *plan.Plan, want *Desired, obs *Observation) error {
-	for _, m := range want.Machines {
-		n, ok := obs.Nodes[m.Hostname]
-		desired := want.Configs[m.Hostname]
-		if !ok || n.Config == nil || desired == nil || bytes.Equal(n.Config, desired) {
-			continue
-		}
-		if on, want := machineconfig.RunsTailscale(n.Config), machineconfig.RunsTailscale(desired); on != want {
-			p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "tailscale"}, fmt.Sprintf("tailscale %s on a running cluster (%s runs %s it): switching it is not done in place; a tailscale section without auth_key leaves the extension idle", onOff(want), m.Hostname, withWithout(on)))
-		}
-		diff, err := machineconfig.DiffBytes(n.Config, desired)
-		if err != nil {
-			return fmt.Errorf("comparing the machine config of %s: %w", m.Hostname, err)
-		}
-		if diff == "" {
-			continue
-		}
-		p.Add(plan.Change{Phase: plan.PhaseApplyConfig, Action: plan.ActionRefuse,
-			Resource: plan.Resource{Kind: plan.KindMachine, Name: m.Hostname},
-			Reason:   "the running machine config differs from the one cluster.yaml gives this node (see the diff): applying configs to running nodes is not supported yet",
-			Diff:     diff})
-	}
-	return nil
 }
 
 func onOff(on bool) string {

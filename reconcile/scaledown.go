@@ -17,14 +17,23 @@ import (
 
 // Scale-down operations, each one step of a removal.
 type (
-	// cordonNode marks a node unschedulable, with the engine's mark.
-	cordonNode struct{ hostname string }
+	// cordonNode marks a node unschedulable, with the engine's mark and
+	// why ("" for a removal).
+	cordonNode struct{ hostname, why string }
 	// uncordonNode makes a node the engine cordoned schedulable again: it
 	// stays in the cluster after all, and Talos never uncordons a node it
 	// did not cordon itself.
-	uncordonNode struct{ hostname string }
-	// drainNode evicts the node's pods.
-	drainNode struct{ hostname string }
+	uncordonNode struct {
+		hostname string
+		// bestEffort makes a failure a warning: the end of a rollout.
+		bestEffort bool
+	}
+	// drainNode evicts the node's pods; phase is the phase it reports in
+	// ("" for scale-down).
+	drainNode struct {
+		hostname string
+		phase    plan.Phase
+	}
 	// resetMachine resets a node gracefully through Talos; on a control
 	// plane that makes it leave etcd, and a failure is fatal.
 	resetMachine struct {
@@ -218,7 +227,7 @@ func planScaleDown(p *plan.Plan, want *Desired, obs *Observation, infra Infra) {
 		if n.CordonedBy == kube.CordonedByUs && slices.ContainsFunc(want.Machines, func(m machineconfig.Machine) bool { return m.Hostname == n.Name }) {
 			p.Add(plan.Change{Phase: plan.PhaseScaleDown, Domain: plan.DomainKube, Action: plan.ActionUpdate,
 				Resource:   plan.Resource{Kind: plan.KindNode, Name: n.Name},
-				Reason:     "uncordon: an earlier run cordoned this node to remove it, and cluster.yaml keeps it; Talos never uncordons a node it did not cordon itself",
+				Reason:     "uncordon: an earlier run cordoned this node (to remove or restart it) and did not finish; cluster.yaml keeps it, and Talos never uncordons a node it did not cordon itself",
 				Attributes: []plan.Attribute{{Key: "unschedulable", Value: "true -> false"}},
 				Expects:    "the node exists", Op: uncordonNode{hostname: n.Name}})
 		}

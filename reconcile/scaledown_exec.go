@@ -49,6 +49,8 @@ func (e *Engine) resetTimeout() time.Duration {
 // kube returns a client of the cluster's Kubernetes API from the state's
 // kubeconfig.
 func (r *run) kube(ctx context.Context) (*kube.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.kc != nil {
 		return r.kc, nil
 	}
@@ -90,7 +92,7 @@ func (r *run) addresses(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-func (r *run) cordon(ctx context.Context, hostname string) error {
+func (r *run) cordon(ctx context.Context, hostname, why string) error {
 	kc, err := r.kube(ctx)
 	if err != nil {
 		return err
@@ -104,7 +106,9 @@ func (r *run) cordon(ctx context.Context, hostname string) error {
 	case n.Unschedulable:
 		return nil
 	}
-	why := "being removed: not in cluster.yaml"
+	if why == "" {
+		why = "being removed: not in cluster.yaml"
+	}
 	if r.e.Commit != "" {
 		why += " of commit " + r.e.Commit[:min(12, len(r.e.Commit))]
 	}
@@ -127,8 +131,11 @@ func (r *run) uncordon(ctx context.Context, hostname string) error {
 // on a Ready node at the end of the drain timeout makes the run wait; on a
 // NotReady node a drain that does not finish is reported and the removal
 // goes on (its pods cannot terminate anyway).
-func (r *run) drain(ctx context.Context, hostname string) error {
+func (r *run) drain(ctx context.Context, hostname string, phase plan.Phase) error {
 	e := r.e
+	if phase == "" {
+		phase = plan.PhaseScaleDown
+	}
 	kc, err := r.kube(ctx)
 	if err != nil {
 		return err
@@ -136,12 +143,12 @@ func (r *run) drain(ctx context.Context, hostname string) error {
 	if _, ok, err := kc.Node(ctx, hostname); err != nil {
 		return err
 	} else if !ok {
-		e.say(plan.PhaseScaleDown, "node %s is gone: nothing to drain", hostname)
+		e.say(phase, "node %s is gone: nothing to drain", hostname)
 		return nil
 	}
 	derr := kc.Drain(ctx, hostname, e.drainTimeout())
 	if derr == nil {
-		e.say(plan.PhaseScaleDown, "drained %s", hostname)
+		e.say(phase, "drained %s", hostname)
 		return nil
 	}
 	if ctx.Err() != nil {
@@ -154,7 +161,7 @@ func (r *run) drain(ctx context.Context, hostname string) error {
 	case !ok:
 		return nil
 	case n.Condition == "False" || n.Condition == "Unknown":
-		e.say(plan.PhaseScaleDown, "the drain of %s did not finish (%v), but the node is %s: going on", hostname, derr, readyText(n.Condition))
+		e.say(phase, "the drain of %s did not finish (%v), but the node is %s: going on", hostname, derr, readyText(n.Condition))
 		return nil
 	}
 	var de *kube.DrainError

@@ -49,6 +49,7 @@ func newConverge() *cobra.Command {
 	var (
 		dir               string
 		yes, dryRun, wait bool
+		reboot            bool
 		output            string
 		drainTimeout      time.Duration
 	)
@@ -75,6 +76,7 @@ func newConverge() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			e.Reboot = reboot
 			if dryRun {
 				return printPlan(cmd, e, output)
 			}
@@ -101,7 +103,8 @@ func newConverge() *cobra.Command {
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the plan and change nothing")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a converge or destroy of the cluster that is running to finish instead of failing")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "plan output format with --dry-run: text, json or markdown")
-	cmd.Flags().DurationVar(&drainTimeout, "drain-timeout", kube.DrainTimeout, "how long the drain of a removed node may be held up by PodDisruptionBudgets before converge stops and exits 3 (waiting)")
+	cmd.Flags().DurationVar(&drainTimeout, "drain-timeout", kube.DrainTimeout, "how long the drain of a node that is removed or restarted may be held up by PodDisruptionBudgets before converge stops and exits 3 (waiting)")
+	cmd.Flags().BoolVar(&reboot, "reboot", false, "restart the machines whose resize waits for a restart (restart pending): control planes one at a time through the health gate, then workers in batches of rollout.max_unavailable")
 	return cmd
 }
 

@@ -111,6 +111,9 @@ type Entry struct {
 	Finished time.Time `json:"finished,omitzero"`
 	// Error is the first line of the mutation's error, if it failed.
 	Error string `json:"error,omitempty"`
+	// Boot is the boot ID of the target node when a step that restarts it
+	// began: a later run tells from it whether the node restarted since.
+	Boot string `json:"boot,omitempty"`
 }
 
 // keepFinished bounds how many finished entries a journal keeps.
