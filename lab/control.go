@@ -242,7 +242,9 @@ type LogEntry struct {
 	Result string    `json:"result"`
 }
 
-// Log returns every emulator's operations in time order, with the lab's
+// Log returns every emulator's operations in time order (a Talos call is
+// named by talos.Op.Name: "Upgrade" for MachineService.Upgrade,
+// "LifecycleService.Upgrade", "ImageService.Pull"), with the lab's
 // own events (Source "lab"; among them the steps of Talos's sequences:
 // "reset-cordon", "reset-drain", "kubelet-stopped", "etcd-leave", "wipe",
 // with Target the node's hostname and Result "OK" or the step's error) and
@@ -260,7 +262,7 @@ func (l *Lab) Log() []LogEntry {
 		if op.Code != codes.OK {
 			res = op.Code.String() + ": " + op.Err
 		}
-		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Short(), Target: op.Node.String(), Result: FaultResult(res, op.Fault)})
+		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Name(), Target: op.Node.String(), Result: FaultResult(res, op.Fault)})
 	}
 	for _, op := range l.Factory.Log() {
 		out = append(out, LogEntry{Time: op.Time, Source: "factory", Op: op.Op, Target: op.Method + " " + op.Path, Result: fmt.Sprint(op.Status)})
