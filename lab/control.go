@@ -331,10 +331,12 @@ type Fault struct {
 	//	proxmox-lost-reply     the next N calls of Op take effect (a task
 	//	                       starts), then their connection is reset
 	//	talos-never-boot       the node at Addr never comes up
-	//	talos-never-reboot     the node at Addr accepts an apply that needs
-	//	                       a reboot (answers "Applied configuration
+	//	talos-never-reboot     the node at Addr accepts every restart and
+	//	                       never goes down: an apply that needs a
+	//	                       reboot (answers "Applied configuration
 	//	                       with a reboot", persists the config, refuses
-	//	                       later applies) but never goes down
+	//	                       later applies), a Reboot (answered with its
+	//	                       actor ID) and the reboot of a legacy Upgrade
 	//	talos-reset-fails      the next N resets of Addr fail after their
 	//	                       cleanup: the Node stays cordoned and
 	//	                       drained, the kubelet stopped, the etcd
@@ -359,7 +361,8 @@ type Fault struct {
 	//
 	// A reset is a TCP RST: the client sees its connection fail and no
 	// answer. Op is a Proxmox operation name (qemu.create, or * for any), a
-	// Talos API method (Bootstrap, or a full gRPC method name) or a
+	// Talos API method (Bootstrap, its log name such as
+	// LifecycleService.Upgrade, or a full gRPC method name) or a
 	// Kubernetes "VERB RESOURCE" pattern (create pods/eviction, * nodes, or
 	// * for any).
 	Kind     string `json:"kind"`

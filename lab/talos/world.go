@@ -1034,11 +1034,14 @@ func (w *World) NeverBoot(addr netip.Addr) {
 	w.faultsOf(addr).neverBoot = true
 }
 
-// NeverReboot makes the node at addr accept an apply that needs a reboot
-// (AUTO falling back to a reboot, REBOOT) as Talos does, answering "with a
-// reboot", persisting the config and refusing further applies, but never go
-// down: the reboot sequence hangs, so the node keeps running its old config
-// until something else reboots it. Until ClearFaults.
+// NeverReboot makes the node at addr accept every restart and never go
+// down, as when the sequence machined starts after answering hangs: an
+// apply that needs a reboot (AUTO falling back to a reboot, REBOOT) is
+// answered "with a reboot", its config persisted and further applies
+// refused, and the node keeps running its old config; a Reboot is
+// answered with its actor ID; a legacy Upgrade installs the image for the
+// next boot without rebooting. The node stays up (same boot ID) until
+// something else reboots it. Until ClearFaults.
 func (w *World) NeverReboot(addr netip.Addr) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
