@@ -242,7 +242,9 @@ type LogEntry struct {
 	Result string    `json:"result"`
 }
 
-// Log returns every emulator's operations in time order, with the lab's
+// Log returns every emulator's operations in time order (a Talos call is
+// named by talos.Op.Name: "Upgrade" for MachineService.Upgrade,
+// "LifecycleService.Upgrade", "ImageService.Pull"), with the lab's
 // own events (Source "lab"; among them the steps of Talos's sequences:
 // "reset-cordon", "reset-drain", "kubelet-stopped", "etcd-leave", "wipe",
 // with Target the node's hostname and Result "OK" or the step's error) and
@@ -260,7 +262,7 @@ func (l *Lab) Log() []LogEntry {
 		if op.Code != codes.OK {
 			res = op.Code.String() + ": " + op.Err
 		}
-		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Short(), Target: op.Node.String(), Result: FaultResult(res, op.Fault)})
+		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Name(), Target: op.Node.String(), Result: FaultResult(res, op.Fault)})
 	}
 	for _, op := range l.Factory.Log() {
 		out = append(out, LogEntry{Time: op.Time, Source: "factory", Op: op.Op, Target: op.Method + " " + op.Path, Result: fmt.Sprint(op.Status)})
@@ -329,10 +331,12 @@ type Fault struct {
 	//	proxmox-lost-reply     the next N calls of Op take effect (a task
 	//	                       starts), then their connection is reset
 	//	talos-never-boot       the node at Addr never comes up
-	//	talos-never-reboot     the node at Addr accepts an apply that needs
-	//	                       a reboot (answers "Applied configuration
+	//	talos-never-reboot     the node at Addr accepts every restart and
+	//	                       never goes down: an apply that needs a
+	//	                       reboot (answers "Applied configuration
 	//	                       with a reboot", persists the config, refuses
-	//	                       later applies) but never goes down
+	//	                       later applies), a Reboot (answered with its
+	//	                       actor ID) and the reboot of a legacy Upgrade
 	//	talos-reset-fails      the next N resets of Addr fail after their
 	//	                       cleanup: the Node stays cordoned and
 	//	                       drained, the kubelet stopped, the etcd
@@ -357,7 +361,8 @@ type Fault struct {
 	//
 	// A reset is a TCP RST: the client sees its connection fail and no
 	// answer. Op is a Proxmox operation name (qemu.create, or * for any), a
-	// Talos API method (Bootstrap, or a full gRPC method name) or a
+	// Talos API method (Bootstrap, its log name such as
+	// LifecycleService.Upgrade, or a full gRPC method name) or a
 	// Kubernetes "VERB RESOURCE" pattern (create pods/eviction, * nodes, or
 	// * for any).
 	Kind     string `json:"kind"`

@@ -1,8 +1,10 @@
 package lab_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
@@ -305,8 +308,11 @@ func TestKubeProxyDaemonSet(t *testing.T) {
 // TestLogNamesRolloutCalls: the lab's operation log names each Talos call
 // of a rollout by its method and node, and the node's lifecycle: an apply
 // that reboots, and a reboot, each show the node leaving and then joining
-// again. (A call is logged when it is answered, so with no shutdown delay
-// the node may be seen leaving before the call that made it leave.)
+// again; talosctl's upgrade (ImageService.Pull, LifecycleService.Upgrade,
+// then a Reboot) brings the node back on the new version with a new boot
+// ID; and the legacy Upgrade also cycles the node. (A call is logged when
+// it is answered, so with no shutdown delay the node may be seen leaving
+// before the call that made it leave.)
 func TestLogNamesRolloutCalls(t *testing.T) {
 	t.Parallel()
 
@@ -398,4 +404,124 @@ func TestLogNamesRolloutCalls(t *testing.T) {
 	})
 
 	cycle("a reboot", "Reboot", func() error { return tc.Reboot(nctx) })
+
+	// talosctl upgrade's way: pull the installer, run the streaming
+	// upgrade, then reboot; the node comes back on the new version with a
+	// new boot ID.
+	eventually(t, w1+" up again", func() error {
+		_, err := tc.Version(nctx)
+
+		return err
+	})
+
+	before, _ := c.l.Talos.Node(c.addrs[w1])
+	bootID := readBootID(nctx, t, tc)
+
+	target := "v1.13.9"
+	if before.Version == target {
+		target = "v1.13.10"
+	}
+
+	image := "ghcr.io/siderolabs/installer:" + target
+	system := &common.ContainerdInstance{Driver: common.ContainerDriver_CRI, Namespace: common.ContainerdNamespace_NS_SYSTEM}
+	mark := time.Now()
+
+	pull, err := tc.ImageClient.Pull(nctx, &machine.ImageServicePullRequest{Containerd: system, ImageRef: image})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for {
+		if _, err := pull.Recv(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("pulling %s: %v", image, err)
+		}
+	}
+
+	upgrade, err := tc.LifecycleClient.Upgrade(nctx, &machine.LifecycleServiceUpgradeRequest{
+		Containerd: system,
+		Source:     &machine.InstallArtifactsSource{ImageName: image},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	exit := int32(-1)
+
+	for {
+		msg, err := upgrade.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("upgrading to %s: %v", image, err)
+		}
+
+		if p, ok := msg.GetProgress().GetResponse().(*machine.LifecycleServiceInstallProgress_ExitCode); ok {
+			exit = p.ExitCode
+		}
+	}
+
+	if exit != 0 {
+		t.Fatalf("the upgrade exited with %d", exit)
+	}
+
+	eventually(t, "the pull and the upgrade in the log", func() error {
+		log := since(mark)
+		pulled := find(log, 0, "talos", "ImageService.Pull", addr)
+		upgraded := find(log, max(pulled, 0), "talos", "LifecycleService.Upgrade", addr)
+
+		if pulled < 0 || upgraded < 0 {
+			return fmt.Errorf("ImageService.Pull at %d, LifecycleService.Upgrade after it at %d", pulled, upgraded)
+		}
+
+		return nil
+	})
+
+	cycle("the upgrade's reboot", "Reboot", func() error { return tc.Reboot(nctx) })
+
+	eventually(t, w1+" on "+target+" with a new boot ID", func() error {
+		v, err := tc.Version(nctx)
+		if err != nil {
+			return err
+		}
+
+		if got := v.GetMessages()[0].GetVersion().GetTag(); got != target {
+			return fmt.Errorf("version %s", got)
+		}
+
+		if id := readBootID(nctx, t, tc); id == bootID || id != c.l.Talos.BootID(c.addrs[w1]) {
+			return fmt.Errorf("boot ID %s, before the reboot %s", id, bootID)
+		}
+
+		return nil
+	})
+
+	// The legacy upgrade (MachineService.Upgrade) back to the first image
+	// reboots by itself.
+	cycle("a legacy upgrade", "Upgrade", func() error {
+		_, err := tc.UpgradeWithOptions(nctx, client.WithUpgradeImage(before.Image)) //nolint:staticcheck // the lab emulates the legacy upgrade too
+
+		return err
+	})
+}
+
+// readBootID reads the node's boot ID as talosctl's reboot wait does
+// (cmd/talosctl/pkg/talos/action/tracker.go, getBootID).
+func readBootID(ctx context.Context, t *testing.T, tc *client.Client) string {
+	t.Helper()
+
+	r, err := tc.Read(ctx, "/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	defer r.Close() //nolint:errcheck
+
+	data, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("reading the boot ID: %v", err)
+	}
+
+	return strings.TrimSpace(string(data))
 }

@@ -222,6 +222,8 @@ func tryTimeout(d time.Duration) time.Duration {
 
 // applyLive makes cfg the running config. Called with w.mu held.
 func (w *World) applyLive(n *node, cfg config.Provider) {
+	restart := kubeletChanged(n.cfg, cfg)
+
 	n.cfg = cfg
 	n.activeConfig = setConfig(n.activeConfig, cfg)
 
@@ -229,7 +231,59 @@ func (w *World) applyLive(n *node, cfg config.Provider) {
 		n.cluster = cl
 	}
 
+	if restart {
+		w.restartKubelet(n)
+	}
+
 	w.settle(n.cluster)
+}
+
+// kubeletChanged reports whether moving from the running config cur to
+// next changes .machine.kubelet, from which Talos renders the kubelet's
+// spec (image, arguments, mounts, configuration).
+func kubeletChanged(cur, next config.Provider) bool {
+	if cur == nil || next == nil || cur.RawV1Alpha1() == nil || next.RawV1Alpha1() == nil {
+		return false
+	}
+
+	a, b := cur.RawV1Alpha1().MachineConfig, next.RawV1Alpha1().MachineConfig
+	if a == nil || b == nil {
+		return a != b
+	}
+
+	return !reflect.DeepEqual(a.MachineKubelet, b.MachineKubelet)
+}
+
+// restartKubelet restarts n's kubelet after a change of its spec, as
+// Talos's KubeletServiceController does
+// (internal/app/machined/pkg/controllers/k8s/kubelet_service.go: when the
+// KubeletSpec changes it stops the running kubelet service and starts it
+// again). For KubeletRestartDelay the service is not running and the
+// kubelet posts nothing; then it runs again and registers what the new
+// config says (its version among it). A kubelet that a sequence stopped
+// stays stopped. Called with w.mu held.
+func (w *World) restartKubelet(n *node) {
+	if n.kubeletStopped || !n.runningReady() {
+		return
+	}
+
+	n.kubeletRestarts++
+	n.kubeletRestarting = true
+	restart, gen := n.kubeletRestarts, n.gen
+
+	w.log.Info("kubelet restarting", "node", n.addr)
+
+	time.AfterFunc(w.opts.KubeletRestartDelay, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+
+		if w.closed || n.gen != gen || n.kubeletRestarts != restart || w.nodes[n.addr] != n {
+			return
+		}
+
+		n.kubeletRestarting = false
+		w.settle(n.cluster)
+	})
 }
 
 // applyTry runs cfg until the try timeout, then goes back to the persisted

@@ -527,7 +527,7 @@ func (w *World) settle(c *cluster) {
 	}
 
 	for _, n := range w.nodesOf(c) {
-		if !n.runningReady() || n.kubeletStopped {
+		if !n.runningReady() || n.kubeletStopped || n.kubeletRestarting {
 			continue
 		}
 

@@ -29,7 +29,11 @@
 //
 // The lifecycle is simulated with short delays: boot, install, reboot,
 // upgrade (to the installer image's version and schematic), reset, power
-// off. A graceful reset runs Talos's order: its Node is cordoned and
+// off. Every boot draws a new boot ID, which Read of
+// /proc/sys/kernel/random/boot_id answers (World.BootID). The streaming
+// upgrade (LifecycleService.Upgrade) needs its installer pulled first
+// (ImageService.Pull) into the containerd store it names (World.Images),
+// and a live change of .machine.kubelet restarts the kubelet service. A graceful reset runs Talos's order: its Node is cordoned and
 // drained (through Hooks), the kubelet stopped, etcd left, the disks
 // wiped; World.Steps records these steps. Each cluster has one etcd
 // membership that changes only as etcd's reconfiguration checks allow and
@@ -38,7 +42,8 @@
 // Hooks tell the rest of the lab when a cluster is bootstrapped, when its
 // Kubernetes API endpoint is served (while a control plane holds its VIP),
 // when kubelets register (only then) and stop, and let it cordon and drain
-// Nodes for Talos. Faults (a node that never boots, failing resets, a stuck
+// Nodes for Talos. Faults (a node that never boots, one that accepts
+// restarts and never goes down, failing resets, a stuck
 // etcd member, failing calls, latency, upgrade rollbacks) and an ordered
 // operation log serve tests.
 //

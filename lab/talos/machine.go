@@ -129,7 +129,7 @@ func (w *World) services(n *node) []*machine.ServiceInfo {
 		states["syslogd"] = running
 
 		switch {
-		case n.kubeletStopped:
+		case n.kubeletStopped, n.kubeletRestarting:
 			states["kubelet"] = serviceState{state: "Finished", message: "Service finished successfully"}
 		case n.ready:
 			states["kubelet"] = running
@@ -329,6 +329,14 @@ func (machineServer) Reboot(ctx context.Context, req *machine.RebootRequest) (*m
 
 	actor := newActorID()
 	w.emit(n, actor, &machine.SequenceEvent{Sequence: "reboot", Action: machine.SequenceEvent_START})
+
+	if n.faults.neverReboot {
+		// machined answers before its sequence runs; this one hangs.
+		w.log.Info("reboot never happens", "node", n.addr)
+
+		return &machine.RebootResponse{Messages: []*machine.Reboot{{ActorId: actor}}}, nil
+	}
+
 	w.later(n, func() {
 		w.emit(n, actor, &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_REBOOTING})
 
@@ -982,6 +990,14 @@ func (machineServer) Upgrade(ctx context.Context, req *machine.UpgradeRequest) (
 	w.emit(n, actor, &machine.MachineStatusEvent{Stage: machine.MachineStatusEvent_UPGRADING})
 	w.drainThen(n, "upgrade", actor, true, func() {
 		n.nextImage = image
+
+		if n.faults.neverReboot {
+			// Installed, but the sequence hangs before its reboot.
+			w.log.Info("upgrade reboot never happens", "node", n.addr)
+
+			return
+		}
+
 		w.reboot(n, w.opts.InstallDelay)
 	})
 

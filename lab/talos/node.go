@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	machinetype "github.com/siderolabs/talos/pkg/machinery/config/machine"
@@ -37,6 +38,9 @@ type node struct {
 	image     string          // the installed installer image
 	nextImage string          // installed by an upgrade, booted next time
 	etcdData  bool            // the etcd data directory is not empty
+	// images is the image store of the CRI containerd (on EPHEMERAL, so
+	// it survives reboots), by namespace; see image.go.
+	images map[containerdStore]map[string]storedImage
 	// registeredOnce: the kubelet registered since the install, so the
 	// Kubernetes Node object exists.
 	registeredOnce bool
@@ -54,6 +58,16 @@ type node struct {
 	etcdStarting   bool // joined as a learner whose etcd has not started yet
 	joinRetry      bool // a refused etcd join is to be tried again
 	kubeletStopped bool // a sequence stopped the kubelet in this boot
+	// kubeletRestarts counts the kubelet restarts of this boot (a live
+	// change of its spec); kubeletRestarting is set while one runs: the
+	// service is not running and the kubelet posts nothing.
+	kubeletRestarts   int
+	kubeletRestarting bool
+	bootID            string // /proc/sys/kernel/random/boot_id of this boot
+	upgrading         bool   // a LifecycleService install or upgrade runs
+	// memImages is the store of the system containerd, whose root is on
+	// a tmpfs: it is empty at every boot.
+	memImages      map[containerdStore]map[string]storedImage
 	announced      *Node
 	applyRebooting bool // an apply took the node into a reboot
 	applying       bool // an ApplyConfiguration call is in progress
@@ -104,6 +118,7 @@ func (n *node) wipe(state, ephemeral bool) {
 	if ephemeral {
 		n.etcdData = false
 		n.memberID = 0
+		n.images = nil
 	}
 }
 
@@ -254,6 +269,9 @@ func (w *World) bringUp(n *node) {
 	n.etcdStarting = false
 	n.joinRetry = false
 	n.kubeletStopped = false
+	n.kubeletRestarts, n.kubeletRestarting = 0, false
+	n.upgrading = false
+	n.memImages = nil
 
 	if !n.etcdData {
 		// A learner added in the last boot whose etcd never started left
@@ -314,6 +332,8 @@ func (w *World) bringUp(n *node) {
 
 	n.inst = inst
 	n.boots++
+	// The kernel draws a new random boot ID at every boot.
+	n.bootID = uuid.NewString()
 
 	w.log.Info("node up", "node", n.addr, "mode", n.mode, "version", n.version())
 

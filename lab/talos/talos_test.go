@@ -1275,6 +1275,11 @@ func TestUpgrade(t *testing.T) {
 	t.Run("lifecycle service", func(t *testing.T) {
 		image := "factory.talos.dev/installer/fedcba:v1.14.0"
 
+		// talosctl upgrade pulls the installer into the same store first.
+		if _, err := pull(t.Context(), c, talos.InMemoryImages, image); err != nil {
+			t.Fatal(err)
+		}
+
 		stream, err := c.LifecycleClient.Upgrade(t.Context(), &machine.LifecycleServiceUpgradeRequest{
 			Containerd: &common.ContainerdInstance{Driver: common.ContainerDriver_CONTAINERD, Namespace: common.ContainerdNamespace_NS_SYSTEM},
 			Source:     &machine.InstallArtifactsSource{ImageName: image},

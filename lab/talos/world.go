@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +40,7 @@ const (
 	DefaultDrainTimeout        = 2 * time.Second
 	DefaultEvictionRetry       = 50 * time.Millisecond
 	DefaultApplyDelay          = 10 * time.Millisecond
+	DefaultKubeletRestartDelay = 10 * time.Millisecond
 )
 
 // The real durations the defaults above scale down, for a lab that wants
@@ -128,6 +131,11 @@ type Options struct {
 	// the config); another apply to the node meanwhile is refused with
 	// FailedPrecondition, as machined refuses it.
 	ApplyDelay time.Duration
+	// KubeletRestartDelay is how long the kubelet is down when a live
+	// config change restarts it (a change of .machine.kubelet, such as its
+	// image): ServiceList shows it not running, and its Node is posted
+	// again (with the new kubelet version) only once it runs again.
+	KubeletRestartDelay time.Duration
 	// BootImage is the installer image reference whose version a node in
 	// maintenance mode reports. Empty means DefaultBootImage.
 	BootImage string
@@ -194,6 +202,10 @@ func (o Options) withDefaults() Options {
 
 	if o.ApplyDelay <= 0 {
 		o.ApplyDelay = DefaultApplyDelay
+	}
+
+	if o.KubeletRestartDelay <= 0 {
+		o.KubeletRestartDelay = DefaultKubeletRestartDelay
 	}
 
 	if o.BootImage == "" {
@@ -391,6 +403,9 @@ type NodeState struct {
 	Up bool
 	// Boots counts how many times the API came up.
 	Boots int
+	// BootID is the boot ID of the current boot (see World.BootID); empty
+	// while the API is down.
+	BootID string
 	// EtcdMemberID is the node's etcd member ID; 0 when it is not a member.
 	EtcdMemberID uint64
 	// Registered reports whether the node's kubelet is registered now.
@@ -494,7 +509,30 @@ type Op struct {
 	Fault string
 }
 
-// Short returns the method name of the call, such as "Bootstrap".
+// Name is how the lab's operation log names the call: the method name
+// alone for MachineService, such as "Upgrade" or "Reboot", and the service
+// (without its package) and method otherwise, such as
+// "LifecycleService.Upgrade", "ImageService.Pull",
+// "ClusterService.HealthCheck" or "State.Get" (COSI).
+func (o Op) Name() string {
+	svc, method, ok := strings.Cut(strings.TrimPrefix(o.Call, "/"), "/")
+	if !ok {
+		return o.Call
+	}
+
+	if i := strings.LastIndexByte(svc, '.'); i >= 0 {
+		svc = svc[i+1:]
+	}
+
+	if svc == "MachineService" {
+		return method
+	}
+
+	return svc + "." + method
+}
+
+// Short returns the method name of the call, such as "Bootstrap" (also
+// for "/machine.LifecycleService/Upgrade": "Upgrade"; see Name).
 func (o Op) Short() string {
 	for i := len(o.Call) - 1; i >= 0; i-- {
 		if o.Call[i] == '/' {
@@ -701,6 +739,38 @@ func (w *World) Node(addr netip.Addr) (NodeState, bool) {
 	return w.nodeState(n), true
 }
 
+// BootID returns the boot ID of the current boot of the node at addr, as
+// it reads in /proc/sys/kernel/random/boot_id (without the newline): a
+// random UUID drawn every time the node boots (power-on, reboot, the
+// reboot of an upgrade or of an apply). It is empty while the node's API
+// is down and for an unknown node.
+func (w *World) BootID(addr netip.Addr) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	n := w.nodes[addr]
+	if n == nil || n.inst == nil {
+		return ""
+	}
+
+	return n.bootID
+}
+
+// Images returns the names of the images in the node's containerd store
+// for the given instance (see ImageStore), sorted, as ImageService.List
+// lists them; nil for an unknown node or an empty store.
+func (w *World) Images(addr netip.Addr, store ImageStore) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	n := w.nodes[addr]
+	if n == nil {
+		return nil
+	}
+
+	return slices.Sorted(maps.Keys(n.imageStore(store.key(), false)))
+}
+
 // Nodes returns the state of every node, ordered by address.
 func (w *World) Nodes() []NodeState {
 	w.mu.Lock()
@@ -725,6 +795,10 @@ func (w *World) nodeState(n *node) NodeState {
 		Up:         n.inst != nil,
 		Boots:      n.boots,
 		Registered: n.announced != nil,
+	}
+
+	if n.inst != nil {
+		s.BootID = n.bootID
 	}
 
 	s.Version, s.Schematic = parseImage(s.Image)
@@ -960,11 +1034,14 @@ func (w *World) NeverBoot(addr netip.Addr) {
 	w.faultsOf(addr).neverBoot = true
 }
 
-// NeverReboot makes the node at addr accept an apply that needs a reboot
-// (AUTO falling back to a reboot, REBOOT) as Talos does, answering "with a
-// reboot", persisting the config and refusing further applies, but never go
-// down: the reboot sequence hangs, so the node keeps running its old config
-// until something else reboots it. Until ClearFaults.
+// NeverReboot makes the node at addr accept every restart and never go
+// down, as when the sequence machined starts after answering hangs: an
+// apply that needs a reboot (AUTO falling back to a reboot, REBOOT) is
+// answered "with a reboot", its config persisted and further applies
+// refused, and the node keeps running its old config; a Reboot is
+// answered with its actor ID; a legacy Upgrade installs the image for the
+// next boot without rebooting. The node stays up (same boot ID) until
+// something else reboots it. Until ClearFaults.
 func (w *World) NeverReboot(addr netip.Addr) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -997,7 +1074,9 @@ func (w *World) StuckEtcdMember(addr netip.Addr) {
 }
 
 // FailCalls makes the next n calls of method to the node at addr fail with
-// code. method is a full gRPC method name or its last element ("Reset").
+// code. method is a full gRPC method name, its name in the operation log
+// (Op.Name: "Reset", "LifecycleService.Upgrade") or its last element
+// ("Upgrade", which names the upgrade of both services).
 func (w *World) FailCalls(addr netip.Addr, method string, n int, code codes.Code) {
 	w.setCallFault(addr, callFail, method, n, code)
 }
@@ -1118,7 +1197,7 @@ type callFault struct {
 // kind (callNone without one) and, for a failure, its code.
 func (f *faults) takeCallFault(method string) (callFaultKind, codes.Code) {
 	for _, kind := range callFaultKinds {
-		for _, key := range []string{method, shortMethod(method)} {
+		for _, key := range []string{method, Op{Call: method}.Name(), shortMethod(method)} {
 			cf := f.calls[callFaultKey{kind: kind, method: key}]
 			if cf == nil || cf.n <= 0 {
 				continue
