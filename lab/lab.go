@@ -152,6 +152,11 @@ type Lab struct {
 	// HWType/Options, Datastore.Allocate/AllocateSpace/AllocateTemplate,
 	// Pool.Allocate, SDN.Use) on any path; see pve.RestrictedACLs.
 	RestrictedTokenID, RestrictedTokenSecret string
+	// AuditorTokenID and AuditorTokenSecret authenticate with the
+	// read-only token (pve.AuditorToken): it reads everything a plan
+	// reads and holds no privilege that changes anything, VM.PowerMgmt
+	// included; see pve.AuditorACLs.
+	AuditorTokenID, AuditorTokenSecret string
 
 	servers []*http.Server
 
@@ -195,7 +200,8 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	}
 	l := &Lab{opts: o, log: o.Logger, CA: ca, kubes: map[string]*kube.Server{}, leases: map[string]netip.Addr{}, vmAddr: map[int]netip.Addr{}, vmNode: map[int]netip.Addr{},
 		TokenID: pve.DefaultTokenID, TokenSecret: pve.DefaultTokenSecret,
-		RestrictedTokenID: pve.RestrictedTokenID, RestrictedTokenSecret: pve.RestrictedTokenSecret}
+		RestrictedTokenID: pve.RestrictedTokenID, RestrictedTokenSecret: pve.RestrictedTokenSecret,
+		AuditorTokenID: pve.AuditorTokenID, AuditorTokenSecret: pve.AuditorTokenSecret}
 	l.Talos = talos.NewWorld(talos.Options{
 		BootDelay: o.BootDelay, InstallDelay: o.InstallDelay, RebootDelay: o.RebootDelay,
 		LearnerPromoteDelay: o.LearnerPromoteDelay, DrainTimeout: o.DrainTimeout, EvictionRetry: o.EvictionRetry,
@@ -226,7 +232,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	slices.Sort(bridges)
 	l.PVE = pve.New(pve.Options{
 		Nodes: o.Nodes, TokenID: l.TokenID, TokenSecret: l.TokenSecret, TaskDuration: o.TaskDuration, StatsInterval: o.statsInterval(),
-		Tokens: []pve.Token{pve.RestrictedToken()}, ACLs: pve.RestrictedACLs(),
+		Tokens: []pve.Token{pve.RestrictedToken(), pve.AuditorToken()}, ACLs: append(pve.RestrictedACLs(), pve.AuditorACLs()...),
 		Machines: (*machineHooks)(l), Bridges: bridges, DatacenterFirewall: true, Logger: o.Logger,
 		// download-url fetches from the lab's Image Factory, whose
 		// certificate the lab's CA signs.

@@ -164,6 +164,29 @@ func RestrictedACLs() []ACL {
 	}
 }
 
+// The lab's read-only token.
+const (
+	// AuditorTokenID is the lab's read-only API token: a
+	// privilege-separated token of the user taloslab@pve holding only
+	// PVEAuditor on / (see AuditorACLs).
+	AuditorTokenID = "taloslab@pve!auditor"
+	// AuditorTokenSecret is its secret, a lab value, not a credential.
+	AuditorTokenSecret = "c0ffee00-0000-4000-8000-00000000a0d1"
+)
+
+// AuditorToken is the lab's read-only token, privilege-separated.
+func AuditorToken() Token {
+	return Token{ID: AuditorTokenID, Secret: AuditorTokenSecret, Privsep: true}
+}
+
+// AuditorACLs are the ACL entries of the read-only token: PVEAuditor on /
+// (propagated), intersected with its user's PVEAdmin (RestrictedACLs). It
+// reads everything a plan reads and changes nothing: no VM.PowerMgmt
+// either, unlike the restricted token.
+func AuditorACLs() []ACL {
+	return []ACL{{Path: "/", Token: AuditorTokenID, Roles: []string{"PVEAuditor"}, Propagate: true}}
+}
+
 // aclNode is a node of user.cfg's ACL tree: role -> propagate, by user,
 // group and token.
 type aclNode struct {

@@ -134,8 +134,10 @@ func (q *hookQueue) run() {
 // GuestStopped records that the guest of a running VM powered its machine
 // off by itself (an ACPI power-off from inside, such as Talos after a
 // reset without a reboot): QEMU exits and Proxmox lists the VM stopped,
-// with no task (qemu-server's vm status is read from the QEMU process). A
-// VM that is not running or does not exist is left as it is.
+// with no task (qemu-server's vm status is read from the QEMU process).
+// Pending changes stay pending until the next start: qmeventd's "qm
+// cleanup" calls vm_stop_cleanup without $apply_pending_changes. A VM that
+// is not running or does not exist is left as it is.
 func (s *Server) GuestStopped(vmid int) {
 	s.lock()
 	defer s.mu.Unlock()

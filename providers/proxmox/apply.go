@@ -67,6 +67,8 @@ func (p *Provider) Apply(ctx context.Context, want *reconcile.Desired, ch plan.C
 		})
 	case startVM:
 		return p.withVM(ctx, op.hostname, p.start)
+	case restartVM:
+		return p.restart(ctx, op)
 	case finalize:
 		return p.withVM(ctx, op.hostname, p.finalize)
 	case deleteVM:

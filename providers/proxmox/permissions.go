@@ -25,7 +25,7 @@ import (
 // this provider's own, read from Proxmox's sources (pve-manager
 // PVE/API2/Pool.pm, pve-storage PVE/API2/Storage/{Status,Content}.pm and
 // PVE/Storage.pm check_volume_access, qemu-server PVE/API2/Qemu.pm
-// create_vm, update_vm_api, resize_vm, vm_start, vm_stop, destroy_vm and
+// create_vm, update_vm_api, resize_vm, vm_start, vm_stop, vm_reboot, destroy_vm and
 // $check_vm_modify_config_perm, pve-guest-common PVE/GuestHelpers.pm
 // check_vnet_access and assert_tag_permissions, pve-firewall
 // PVE/Firewall.pm rules_modify_permissions and PVE/API2/Firewall/VM.pm).
@@ -445,6 +445,9 @@ func (p *Provider) stepNeeds(ch plan.Change, ids map[string]int, zone string) []
 		}
 	case startVM:
 		return []need{onVM(op.hostname, "start", "VM.PowerMgmt")}
+	case restartVM:
+		// vm_reboot: VM.PowerMgmt on /vms/{vmid}.
+		return []need{{privs: []string{"VM.PowerMgmt"}, paths: []string{"/vms/" + strconv.Itoa(op.id)}, why: "restart", of: op.hostname}}
 	case finalize:
 		// Detaching CD-ROMs: VM.Config.CDROM for the old and the new
 		// value of each drive (update_vm_api's $check_drive_perms, in the

@@ -43,6 +43,13 @@ type (
 		hostname        string
 		cores, memoryMB int
 	}
+	// restartVM reboots a running VM through Proxmox (a power cycle, so
+	// that its pending changes take effect): the VM with that id, which
+	// must still have that name and run.
+	restartVM struct {
+		hostname, node string
+		id             int
+	}
 	// growDisk grows the system disk from fromGB to toGB.
 	growDisk struct {
 		hostname     string
@@ -417,7 +424,11 @@ func (p *Provider) planExisting(m machineconfig.Machine, v *vm, desiredRules []f
 			Resource: res, Reason: reason, Expects: "the VM exists", Attributes: attrs, Op: op})
 	}
 	if v.cores != pool.Cores || v.memoryMB != pool.Memory*1024 {
-		update(machine, "resize; Proxmox applies it when the VM next restarts, which this converge does not do",
+		reason := "resize; Proxmox applies it when the VM starts"
+		if v.running {
+			reason = "resize; the running VM keeps it pending until it restarts, which converge --reboot does"
+		}
+		update(machine, reason,
 			resizeVM{hostname: m.Hostname, cores: pool.Cores, memoryMB: pool.Memory * 1024},
 			plan.Attribute{Key: "cores", Value: fmt.Sprintf("%d -> %d", v.cores, pool.Cores)},
 			plan.Attribute{Key: "memory", Value: fmt.Sprintf("%d GB -> %d GB", v.memoryMB/1024, pool.Memory)})

@@ -188,6 +188,10 @@ type vm struct {
 	noAddress string // why a running VM reports no address
 	fwOptions map[string]string
 	fwRules   []fwRule
+	// restartPending lists, for a running VM, the changes of its size
+	// that Proxmox keeps pending until the VM restarts, such as
+	// "cores 2 -> 4"; config holds them applied, as GET config does.
+	restartPending []string
 }
 
 // inventory is what Observe found.
@@ -266,7 +270,8 @@ func (inv *inventory) Machines() []reconcile.Machine {
 		if slices.Contains(v.tags, "role_controlplane") {
 			role = spec.RoleControlPlane
 		}
-		out = append(out, reconcile.Machine{Hostname: v.name, Role: role, Running: v.running, Addresses: v.addresses, NoAddress: v.noAddress})
+		out = append(out, reconcile.Machine{Hostname: v.name, Role: role, Running: v.running, Addresses: v.addresses, NoAddress: v.noAddress,
+			RestartPending: slices.Clone(v.restartPending)})
 	}
 	return out
 }
@@ -476,14 +481,11 @@ func (p *Provider) observeVM(ctx context.Context, v *vm) error {
 	ref := proxmox.NewVmRef(proxmox.GuestID(v.id))
 	ref.SetNode(v.node)
 	ref.SetVmType(proxmox.GuestQemu)
-	raw, err := p.api.GetVmConfig(ctx, ref)
+	cfg, err := p.readConfig(ctx, v.node, v.id)
 	if err != nil {
 		return fmt.Errorf("reading the config of VM %d (%s): %w", v.id, v.name, err)
 	}
-	v.config = map[string]string{}
-	for k, val := range raw {
-		v.config[k] = str(val)
-	}
+	v.config = cfg.effective()
 	// /cluster/resources takes a VM's name and power state from pvestatd,
 	// which reports them up to 10 s late; the config and the VM's own
 	// status are current.
@@ -495,8 +497,11 @@ func (p *Provider) observeVM(ctx context.Context, v *vm) error {
 		return fmt.Errorf("reading the power state of VM %d (%s): %w", v.id, v.name, err)
 	}
 	v.running = st.GetState() == proxmox.PowerStateRunning
+	if v.running {
+		v.restartPending = cfg.restartPending()
+	}
 	v.cores, _ = strconv.Atoi(v.config["cores"])
-	v.memoryMB, _ = strconv.Atoi(v.config["memory"])
+	v.memoryMB = memoryMB(v.config["memory"])
 	v.storage, v.diskGB = diskOf(v.config["scsi0"])
 	v.bridge = propOf(v.config["net0"], "bridge")
 	v.vlan, _ = strconv.Atoi(propOf(v.config["net0"], "tag"))
