@@ -86,6 +86,9 @@ type Engine struct {
 	// example "taloscluster converge"; empty means the kind of run and the
 	// commit.
 	Holder string
+	// RebootGrace is how long a node has to go down once its restart was
+	// asked for. Zero means 120 seconds.
+	RebootGrace time.Duration
 	// Reboot restarts the machines whose provider changes (cores,
 	// memory) wait for a restart, one control plane at a time, then the
 	// workers in batches (converge --reboot).
@@ -176,6 +179,13 @@ func (e *Engine) bootTimeout() time.Duration {
 		return e.BootTimeout
 	}
 	return 15 * time.Minute
+}
+
+func (e *Engine) rebootGrace() time.Duration {
+	if e.RebootGrace > 0 {
+		return e.RebootGrace
+	}
+	return rebootGrace
 }
 
 func (e *Engine) readBudget() time.Duration {

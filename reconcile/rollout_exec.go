@@ -222,8 +222,8 @@ func (r *run) nodeBack(ctx context.Context, phase plan.Phase, op nodeBack) error
 		switch {
 		case err != nil:
 			return "its Talos API does not answer (" + firstLine(err.Error()) + ")", false
-		case boot != "" && id == boot && time.Since(asked) >= rebootGrace:
-			never = fmt.Errorf("%s still runs the boot it ran when its restart was asked, %s later: it never went down. The rollout stops here rather than move on past a node that may never come back; look at the node", op.hostname, rebootGrace)
+		case boot != "" && id == boot && time.Since(asked) >= e.rebootGrace():
+			never = fmt.Errorf("%s still runs the boot it ran when its restart was asked, %s later: it never went down. The rollout stops here rather than move on past a node that may never come back; look at the node", op.hostname, e.rebootGrace())
 			return "", false
 		case boot != "" && id == boot:
 			return "it has not gone down yet", false

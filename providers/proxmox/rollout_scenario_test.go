@@ -3,10 +3,14 @@ package proxmox_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -164,27 +168,35 @@ func TestScenarioKubernetesStepsEveryMinor(t *testing.T) {
 		t.Fatalf("hops %v, want %v", hops, want)
 	}
 	mark := time.Now()
+	stop := w.watchVersions()
 	if err := w.journaled(t).Converge(ctx); err != nil {
 		t.Fatalf("converge of the upgrade: %v", err)
 	}
-	log := since(w.lab, mark)
-	var steps [][3]string
-	for _, hop := range []string{"v1.35.0", "v1.36.1"} {
-		for _, h := range w.hosts(3, 0) {
-			for _, comp := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-				steps = append(steps,
-					[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, h)},
-					[3]string{"kubernetes", "list pods", ""})
-				_ = comp
-			}
+	seen := stop()
+	checkSkew(t, seen)
+	for _, h := range w.hosts(3, 1) {
+		if got, want := seen.kubelets[h], []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
+			t.Errorf("the kubelet config of %s went %v, want %v", h, got, want)
 		}
-		steps = append(steps, [3]string{"kubernetes", "patch daemonsets", "kube-proxy"})
-		for _, h := range w.hosts(3, 1) {
-			steps = append(steps, [3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, h)})
-		}
-		_ = hop
 	}
-	inOrder(t, log, steps...)
+	for _, h := range w.hosts(3, 0) {
+		if got, want := seen.apiservers[h], []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
+			t.Errorf("the API server of %s went %v, want %v", h, got, want)
+		}
+	}
+	if got, want := seen.proxy, []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
+		t.Errorf("kube-proxy went %v, want %v", got, want)
+	}
+	log := since(w.lab, mark)
+	inOrder(t, log,
+		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-controlplane-01")},
+		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-controlplane-02")},
+		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-controlplane-03")},
+		[3]string{"kubernetes", "patch daemonsets", "kube-proxy"},
+		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-worker-01")},
+		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-controlplane-01")},
+		[3]string{"kubernetes", "patch daemonsets", "kube-proxy"},
+		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-worker-01")})
 	for _, n := range w.lab.Talos.Nodes() {
 		if n.Cluster == w.name && n.KubernetesVersion != "v1.36.1" {
 			t.Errorf("%s's config is at %s", n.Hostname, n.KubernetesVersion)
@@ -197,5 +209,236 @@ func TestScenarioKubernetesStepsEveryMinor(t *testing.T) {
 	if err != nil || !p.Empty() {
 		t.Fatalf("plan after the upgrade: %v %s", err, p.Summary())
 	}
-	_ = strings.Contains
+}
+
+// versionsSeen is what watchVersions saw: each version in the order it
+// first appeared, per node, and every skew it saw.
+type versionsSeen struct {
+	kubelets, apiservers map[string][]string
+	proxy                []string
+	skews                []string
+}
+
+// watchVersions samples the lab's Kubernetes versions until stop is
+// called: each node's kubelet config and API server, and kube-proxy; and
+// notes every sample where a kubelet config is newer than the oldest API
+// server, or a node's controller manager or scheduler newer than its API
+// server.
+func (w *world) watchVersions() (stop func() versionsSeen) {
+	seen := versionsSeen{kubelets: map[string][]string{}, apiservers: map[string][]string{}}
+	note := func(list []string, v string) []string {
+		if v == "" || (len(list) > 0 && list[len(list)-1] == v) {
+			return list
+		}
+		return append(list, v)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for {
+			v := w.lab.World()
+			oldest := ""
+			for _, c := range v.Clusters {
+				if c.Name != w.name {
+					continue
+				}
+				seen.proxy = note(seen.proxy, c.KubeProxy)
+				for _, cp := range c.ControlPlane {
+					seen.apiservers[cp.Node] = note(seen.apiservers[cp.Node], cp.APIServer)
+					if oldest == "" || olderTag(cp.APIServer, oldest) {
+						oldest = cp.APIServer
+					}
+					if olderTag(cp.APIServer, cp.ControllerManager) || olderTag(cp.APIServer, cp.Scheduler) {
+						seen.skews = append(seen.skews, fmt.Sprintf("%s: kube-apiserver %s, controller manager %s, scheduler %s", cp.Node, cp.APIServer, cp.ControllerManager, cp.Scheduler))
+					}
+				}
+			}
+			for _, n := range v.Nodes {
+				if n.Cluster != w.name || n.ConfigKubernetes == "" {
+					continue
+				}
+				seen.kubelets[n.Hostname] = note(seen.kubelets[n.Hostname], n.ConfigKubernetes)
+				if oldest != "" && olderTag(oldest, n.ConfigKubernetes) && minorOf(oldest) != minorOf(n.ConfigKubernetes) {
+					seen.skews = append(seen.skews, fmt.Sprintf("%s's kubelet config is at %s while an API server runs %s", n.Hostname, n.ConfigKubernetes, oldest))
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	return func() versionsSeen {
+		close(done)
+		<-finished
+		return seen
+	}
+}
+
+func checkSkew(t *testing.T, seen versionsSeen) {
+	t.Helper()
+	if len(seen.skews) > 0 {
+		t.Errorf("%d samples broke the version skew rules, the first: %s", len(seen.skews), seen.skews[0])
+	}
+}
+
+// olderTag compares two Kubernetes version tags.
+func olderTag(a, b string) bool {
+	va, err1 := version.ParseGeneric(a)
+	vb, err2 := version.ParseGeneric(b)
+	return err1 == nil && err2 == nil && va.LessThan(vb)
+}
+
+func minorOf(v string) string {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) < 2 {
+		return v
+	}
+	return parts[0] + "." + parts[1]
+}
+
+// TestScenarioLiveConfigApplyMovesOnAtOnce: a change Talos applies live
+// goes to the control planes one at a time, then the workers, with no
+// restart, no cordon and no gate.
+func TestScenarioLiveConfigApplyMovesOnAtOnce(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "live", 1)
+	w.set(t, "talos.config_patches", yamlString("machine:\n  sysctls:\n    net.core.somaxconn: \"4096\"\n"))
+	p, err := w.engine(t).Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range w.hosts(3, 1) {
+		if got, want := stepsOf(p, h), []string{"apply-config machine"}; !slices.Equal(got, want) {
+			t.Fatalf("steps of %s: %v, want %v", h, got, want)
+		}
+	}
+	mark := time.Now()
+	if err := w.journaled(t).Converge(ctx); err != nil {
+		t.Fatalf("converge of a live change: %v", err)
+	}
+	log := since(w.lab, mark)
+	var steps [][3]string
+	for _, h := range w.hosts(3, 1) {
+		steps = append(steps, [3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, h)})
+	}
+	inOrder(t, log, steps...)
+	for _, op := range []string{"Reboot", "node-left"} {
+		if find(log, 0, "talos", op, "") >= 0 || find(log, 0, "lab", op, "") >= 0 {
+			t.Errorf("a live change caused a %s", op)
+		}
+	}
+	if find(log, 0, "kubernetes", "patch nodes", "") >= 0 {
+		t.Error("a live change cordoned a node")
+	}
+	p, err = w.engine(t).Plan(ctx)
+	if err != nil || !p.Empty() {
+		t.Fatalf("plan after the apply: %v %s", err, p.Summary())
+	}
+}
+
+// TestScenarioRestartingConfigApplyIsSettledNodeByNode: a change that
+// takes effect only at a restart is staged and the node rebooted, each
+// control plane back and healthy before the next is touched, then the
+// workers in batches of rollout.max_unavailable.
+func TestScenarioRestartingConfigApplyIsSettledNodeByNode(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "restart", 3)
+	w.set(t, "talos.config_patches", yamlString("machine:\n  env:\n    HTTP_PROXY: http://127.0.0.1:3128\n"),
+		"rollout", "{max_unavailable: 2}")
+	p, err := w.engine(t).Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp2 := w.name + "-controlplane-02"
+	want := []string{"update node", "drain node", "apply-config machine", "restart machine", "wait machine", "update node"}
+	if got := stepsOf(p, cp2); !slices.Equal(got, want) {
+		t.Fatalf("steps of %s: %v, want %v", cp2, got, want)
+	}
+	batches := map[int][]string{}
+	for _, ch := range p.Changes {
+		if ch.Batch != 0 && !slices.Contains(batches[ch.Batch], ch.Resource.Name) {
+			batches[ch.Batch] = append(batches[ch.Batch], ch.Resource.Name)
+		}
+	}
+	if len(batches) != 2 || len(batches[1]) != 2 || len(batches[2]) != 1 {
+		t.Fatalf("worker batches %v, want two of two and one", batches)
+	}
+	mark := time.Now()
+	if err := w.journaled(t).Converge(ctx); err != nil {
+		t.Fatalf("converge of a restarting change: %v", err)
+	}
+	log := since(w.lab, mark)
+	var steps [][3]string
+	for _, h := range w.hosts(3, 0) {
+		steps = append(steps,
+			[3]string{"kubernetes", "patch nodes", h},
+			[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, h)},
+			[3]string{"talos", "Reboot", w.nodeAddr(t, h)},
+			[3]string{"lab", "node-left", h},
+			[3]string{"lab", "node-joined", h},
+			[3]string{"talos", "EtcdMemberList", w.nodeAddr(t, h)})
+	}
+	inOrder(t, log, steps...)
+	downs(t, log, w.hosts(3, 0), 1)
+	downs(t, log, w.hosts(0, 3), 2)
+	// The batch runs in parallel: both workers are cordoned before either
+	// is uncordoned.
+	var patched []string
+	for _, e := range log {
+		for _, h := range batches[1] {
+			if e.Source == "kubernetes" && e.Op == "patch nodes" && strings.HasSuffix(e.Target, " "+h) {
+				patched = append(patched, h)
+			}
+		}
+	}
+	if len(patched) < 2 || patched[0] == patched[1] {
+		t.Errorf("the batch %v ran one node after the other: cordons and uncordons %v", batches[1], patched)
+	}
+	for _, n := range w.lab.World().Nodes {
+		if n.Cluster == w.name && !n.Up {
+			t.Errorf("%s is down after the rollout", n.Hostname)
+		}
+	}
+	_, cs := w.kube(t)
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			t.Errorf("%s is left cordoned", n.Name)
+		}
+	}
+	p, err = w.engine(t).Plan(ctx)
+	if err != nil || !p.Empty() {
+		t.Fatalf("plan after the apply: %v %s %v", err, p.Summary(), p.Changes)
+	}
+}
+
+// TestScenarioNodeThatNeverGoesDownStopsTheRollout: a control plane that
+// accepts its restart and never goes down stops the rollout after the
+// grace window; the next control plane is not touched.
+func TestScenarioNodeThatNeverGoesDownStopsTheRollout(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "never", 0)
+	cp1, cp2 := w.name+"-controlplane-01", w.name+"-controlplane-02"
+	w.lab.Talos.NeverReboot(netip.MustParseAddr(w.nodeAddr(t, cp1)))
+	w.set(t, "talos.config_patches", yamlString("machine:\n  env:\n    HTTP_PROXY: http://127.0.0.1:3128\n"))
+	e := w.journaled(t)
+	e.RebootGrace = time.Second
+	mark := time.Now()
+	err := e.Converge(ctx)
+	if err == nil || !strings.Contains(err.Error(), "never went down") {
+		t.Fatalf("converge with a node that never goes down: %v", err)
+	}
+	if s := reconcile.Settle(err); s.Outcome != reconcile.Failed {
+		t.Errorf("outcome %s, want failure", s.Outcome)
+	}
+	log := since(w.lab, mark)
+	if find(log, 0, "talos", "ApplyConfiguration", w.nodeAddr(t, cp2)) >= 0 {
+		t.Error("the rollout went on to the next control plane")
+	}
 }

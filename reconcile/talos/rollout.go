@@ -55,13 +55,14 @@ type Applied struct {
 }
 
 // ApplyConfig gives a running node a new machine config. live asks for
-// the NO_REBOOT mode, which Talos refuses when the change cannot be
-// applied without a reboot; otherwise the AUTO mode lets Talos 1.13 reboot
-// when it needs to (Talos 1.14 always applies live).
+// the NO_REBOOT mode, which Talos 1.13 refuses when the change cannot be
+// applied without a reboot; otherwise the config is STAGED for the next
+// boot, which the caller causes: the same on Talos 1.13 and 1.14, whose
+// AUTO mode differ (1.14 never reboots).
 func (c *Client) ApplyConfig(ctx context.Context, node string, data []byte, live bool) (Applied, error) {
 	ctx, cancel := call(ctx, node)
 	defer cancel()
-	mode := machineapi.ApplyConfigurationRequest_AUTO
+	mode := machineapi.ApplyConfigurationRequest_STAGED
 	if live {
 		mode = machineapi.ApplyConfigurationRequest_NO_REBOOT
 	}
