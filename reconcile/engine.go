@@ -86,6 +86,10 @@ type Engine struct {
 	// example "taloscluster converge"; empty means the kind of run and the
 	// commit.
 	Holder string
+	// Steps, when set, is told when each step of a converge starts and
+	// ends (a status page showing a rollout per node). It is called from
+	// the run's goroutines: the steps of a batch run at the same time.
+	Steps func(StepEvent)
 	// RebootGrace is how long a node has to go down once its restart was
 	// asked for. Zero means 120 seconds.
 	RebootGrace time.Duration

@@ -82,10 +82,35 @@ func (e *Engine) execute(ctx context.Context, p *plan.Plan, want *Desired) error
 	return nil
 }
 
+// StepEvent tells that a step of a converge started (Ended is zero) or
+// ended (with Err when it failed).
+type StepEvent struct {
+	// Index counts the step from 1 among the Total steps of the plan.
+	Index, Total int
+	Phase        plan.Phase
+	Action       plan.Action
+	Resource     plan.Resource
+	// Reason is the step's reason, as the plan shows it.
+	Reason string
+	// Batch is the step's batch, 0 for none.
+	Batch          int
+	Started, Ended time.Time
+	Err            error
+}
+
 // numbered runs the step numbered i of total.
 func (r *run) numbered(ctx context.Context, i, total int, st plan.Change) error {
 	r.e.say(st.Phase, "[%d/%d] %s %s %s", i, total, st.Action.Symbol(), st.Resource.Kind, st.Resource.Name)
-	if err := r.journaled(ctx, st); err != nil {
+	ev := StepEvent{Index: i, Total: total, Phase: st.Phase, Action: st.Action, Resource: st.Resource, Reason: st.Reason, Batch: st.Batch, Started: time.Now()}
+	if r.e.Steps != nil {
+		r.e.Steps(ev)
+	}
+	err := r.journaled(ctx, st)
+	if r.e.Steps != nil {
+		ev.Ended, ev.Err = time.Now(), err
+		r.e.Steps(ev)
+	}
+	if err != nil {
 		if errors.Is(err, ErrPrecondition) {
 			// The world changed since the plan was made: planning again
 			// may well succeed, so the failure is worth a retry (which
