@@ -54,6 +54,9 @@ type StateFacts struct {
 	TalosconfigContext string
 	// TalosconfigEndpoints are its endpoints.
 	TalosconfigEndpoints []string
+	// KubeconfigServer is the API server the kubeconfig names, "" without
+	// one.
+	KubeconfigServer string
 }
 
 // NodeFacts is what a node's Talos API told.
@@ -188,9 +191,12 @@ func (e *Engine) observeState(ctx context.Context, obs *Observation) error {
 	if obs.State.Secrets, err = e.exists(ctx, TalosSecretsFile); err != nil {
 		return err
 	}
-	if obs.State.Kubeconfig, err = e.exists(ctx, KubeconfigFile); err != nil {
+	kubeconfig, err := e.read(ctx, KubeconfigFile)
+	if err != nil {
 		return err
 	}
+	obs.State.Kubeconfig = len(kubeconfig) > 0
+	obs.State.KubeconfigServer = kube.Server(kubeconfig)
 	data, err := e.read(ctx, TalosconfigFile)
 	if err != nil {
 		return err

@@ -77,6 +77,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return nil, err
 	}
 	refuseIdentity(p, want, obs)
+	refuseVersions(p, want, obs)
 	refuseUnimplementedTalos(p, want)
 	refuseUnreachable(p, obs)
 	refuseMaintenance(p, want, obs)
@@ -294,6 +295,33 @@ func refuseIdentity(p *plan.Plan, want *Desired, obs *Observation) {
 	}
 	if ctx := obs.State.TalosconfigContext; ctx != "" && ctx != want.Cluster.Name {
 		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "name"}, fmt.Sprintf("name %s -> %s: the identity in this directory belongs to cluster %s; renaming a cluster is not supported (it would build a second cluster with the same identity)", ctx, want.Cluster.Name, ctx))
+	}
+}
+
+// refuseVersions refuses what no rollout does: a Talos downgrade, a
+// Talos upgrade of more than one minor release, and a Kubernetes
+// downgrade (the API server's version; a component's is checked by the
+// rollout).
+func refuseVersions(p *plan.Plan, want *Desired, obs *Observation) {
+	c := want.Cluster
+	target := c.Talos.Version
+	for _, m := range obs.Inventory.Machines() {
+		n, ok := obs.Nodes[m.Hostname]
+		if !isDesired(want, m.Hostname) || !ok || n.Unknown != "" || n.Maintenance {
+			continue // a removal, or not read
+		}
+		switch {
+		case older(target, n.Version):
+			p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "talos.version"},
+				fmt.Sprintf("talos.version %s -> %s on %s: downgrades are not supported", n.Version, target, m.Hostname))
+		case minorsApart(n.Version, target) > 1:
+			p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "talos.version"},
+				fmt.Sprintf("talos.version %s -> %s on %s: Talos is upgraded one minor release at a time; set talos.version to the newest %s release first", n.Version, target, m.Hostname, nextMinor(n.Version)))
+		}
+	}
+	if have := obs.Kube.Version; obs.Kube.Unknown == "" && have != "" && older(c.Kubernetes.Version, have) {
+		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "kubernetes.version"},
+			fmt.Sprintf("kubernetes.version %s -> %s: downgrades are not supported", have, c.Kubernetes.Version))
 	}
 }
 

@@ -175,14 +175,19 @@ func TestRefusals(t *testing.T) {
 		edit func(*reconcile.Desired, *reconcile.Observation)
 		want string
 	}{
-		{"talos upgrade", func(_ *reconcile.Desired, o *reconcile.Observation) {
+		{"talos downgrade", func(_ *reconcile.Desired, o *reconcile.Observation) {
 			for h, n := range o.Nodes {
-				n.Version = "v1.13.7"
+				n.Version = "v1.13.9"
 				o.Nodes[h] = n
 			}
-		}, "talos.version v1.13.7 -> v1.13.8 on"},
+		}, "talos.version v1.13.9 -> v1.13.8 on"},
+		{"talos upgrade over two minors", func(_ *reconcile.Desired, o *reconcile.Observation) {
+			for h, n := range o.Nodes {
+				n.Version = "v1.11.5"
+				o.Nodes[h] = n
+			}
+		}, "Talos is upgraded one minor release at a time; set talos.version to the newest v1.12 release first"},
 		{"kubernetes downgrade", func(_ *reconcile.Desired, o *reconcile.Observation) { o.Kube.Version = "v1.36.2" }, "kubernetes.version v1.36.2 -> v1.36.1: downgrades are not supported"},
-		{"kubernetes upgrade", func(_ *reconcile.Desired, o *reconcile.Observation) { o.Kube.Version = "v1.35.4" }, "kubernetes.version v1.35.4 -> v1.36.1: upgrades are not supported yet"},
 		{"scale-down without a remover", func(w *reconcile.Desired, _ *reconcile.Observation) { w.Machines = w.Machines[:len(w.Machines)-1] }, "this provider cannot remove machines yet"},
 		{"rename", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.TalosconfigContext = "other" }, "renaming a cluster is not supported"},
 		{"identity lost", func(_ *reconcile.Desired, o *reconcile.Observation) { o.State.Secrets = false }, "restore talossecrets.yaml from backup"},

@@ -70,6 +70,12 @@ type (
 		component, version string
 		config             []byte
 	}
+	// moveEndpoint waits until the new API endpoint answers with the
+	// kubeconfig a control plane serves, then stores that kubeconfig.
+	moveEndpoint struct {
+		endpoint  string
+		endpoints []string
+	}
 	// setKubeProxy moves kube-proxy's DaemonSet to another version and
 	// waits for its rollout.
 	setKubeProxy struct{ image, version string }
@@ -190,7 +196,25 @@ func planRollout(p *plan.Plan, want *Desired, obs *Observation, infra Infra) err
 		}
 	}
 	flush()
+	ro.planEndpoint(p)
 	return ro.planKubernetes(p)
+}
+
+// planEndpoint rewrites the kubeconfig to a new API endpoint (a new
+// kubeapi_vip) once the control planes got their configs, one at a time,
+// and the new endpoint answers.
+func (ro *rollout) planEndpoint(p *plan.Plan) {
+	endpoint, _ := Endpoint(ro.want.Cluster)
+	have := ro.obs.State.KubeconfigServer
+	if have == "" || have == endpoint || len(ro.endpoints) == 0 {
+		return
+	}
+	p.Add(plan.Change{Phase: plan.PhaseApplyConfig, Domain: plan.DomainState, Action: plan.ActionUpdate,
+		Resource:   plan.Resource{Kind: plan.KindKubeconfig, Name: KubeconfigFile},
+		Reason:     "the Kubernetes API endpoint changed: the kubeconfig is rewritten once the new endpoint answers, after every control plane has its new config; talosconfig names the nodes, not the endpoint, and stays",
+		Attributes: []plan.Attribute{{Key: "server", Value: have + " -> " + endpoint}},
+		Expects:    "a control plane answers the Talos API",
+		Op:         moveEndpoint{endpoint: endpoint, endpoints: ro.endpoints}})
 }
 
 // phaseOf is the phase of the rolls' steps: upgrade when one upgrades
@@ -266,15 +290,8 @@ func (ro *rollout) readNode(p *plan.Plan, r *roll) error {
 		}
 	}
 	target := c.Talos.Version
-	switch {
-	case older(target, n.Version):
-		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "talos.version"},
-			fmt.Sprintf("talos.version %s -> %s on %s: downgrades are not supported", n.Version, target, r.hostname))
-		return nil
-	case minorsApart(n.Version, target) > 1:
-		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "talos.version"},
-			fmt.Sprintf("talos.version %s -> %s on %s: Talos is upgraded one minor release at a time; set talos.version to the newest %s release first", n.Version, target, r.hostname, nextMinor(n.Version)))
-		return nil
+	if older(target, n.Version) || minorsApart(n.Version, target) > 1 {
+		return nil // refused by refuseVersions
 	}
 	installer := installerOf(desired)
 	if !sameVersion(n.Version, target) || (installer != "" && n.Installer != "" && schematicOf(installer) != schematicOf(n.Installer)) {

@@ -400,3 +400,55 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return line
 }
+
+// moveEndpoint waits until a control plane serves a kubeconfig for the
+// new endpoint and the API answers there, then stores it; later steps use
+// it.
+func (r *run) moveEndpoint(ctx context.Context, phase plan.Phase, op moveEndpoint) error {
+	tc, err := r.dial(ctx, op.endpoints)
+	if err != nil {
+		return err
+	}
+	var data []byte
+	err = r.await(ctx, phase, "the Kubernetes API to answer at "+op.endpoint, func(ctx context.Context) (string, bool) {
+		var why []string
+		for _, addr := range op.endpoints {
+			cctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
+			got, err := tc.Kubeconfig(cctx, addr)
+			cancel()
+			if err != nil {
+				why = append(why, firstLine(err.Error()))
+				continue
+			}
+			if server := kube.Server(got); server != op.endpoint {
+				why = append(why, addr+" serves a kubeconfig for "+server)
+				continue
+			}
+			kc, err := kube.New(got)
+			if err != nil {
+				return err.Error(), true
+			}
+			cctx, cancel = context.WithTimeout(ctx, ObserveTimeout)
+			_, err = kc.Version(cctx)
+			cancel()
+			if err != nil {
+				why = append(why, "the API does not answer there yet: "+firstLine(err.Error()))
+				continue
+			}
+			data = got
+			return "", false
+		}
+		return strings.Join(why, "; "), false
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.e.State.Put(ctx, r.e.Key, KubeconfigFile, data); err != nil {
+		return fmt.Errorf("storing the kubeconfig for %s: %w", op.endpoint, err)
+	}
+	r.mu.Lock()
+	r.kc = nil
+	r.mu.Unlock()
+	r.e.say(phase, "wrote %s for %s", KubeconfigFile, op.endpoint)
+	return nil
+}

@@ -56,6 +56,8 @@ func (ro *rollout) planKubernetes(p *plan.Plan) error {
 		return nil
 	}
 	switch {
+	case older(target, hi) && older(target, ro.obs.Kube.Version):
+		return nil // refused by refuseVersions
 	case older(target, hi):
 		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "kubernetes.version"},
 			fmt.Sprintf("kubernetes.version %s -> %s: downgrades are not supported", hi, target))

@@ -27,7 +27,8 @@ import (
 // use, one each: clear of the networks other packages' tests use (the lab's
 // up to 127.100, cmd/taloscluster's fault matrix 127.120 to 127.166,
 // cmd/taloslab's 127.200 to 127.218 and 127.249/250/255, the lab's 127.251
-// to 127.254), as packages' tests run at the same time.
+// to 127.254), as packages' tests run at the same time. 127.167-169,
+// 127.233-235 and 127.239 are this package's too.
 var worldNets = func() []int {
 	var out []int
 	for n := 172; n <= 199; n++ {
@@ -36,7 +37,7 @@ var worldNets = func() []int {
 	for n := 101; n <= 119; n++ {
 		out = append(out, n)
 	}
-	return out
+	return append(out, 167, 168, 169, 233, 234, 235, 239)
 }()
 
 // nextNet returns the next network of worldNets, one per lab world.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/kube"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/state"
 )
@@ -440,5 +443,36 @@ func TestScenarioNodeThatNeverGoesDownStopsTheRollout(t *testing.T) {
 	log := since(w.lab, mark)
 	if find(log, 0, "talos", "ApplyConfiguration", w.nodeAddr(t, cp2)) >= 0 {
 		t.Error("the rollout went on to the next control plane")
+	}
+}
+
+// TestScenarioNewEndpointIsWrittenOnceItAnswers: a new kubeapi_vip goes
+// to the control planes one at a time, and the kubeconfig names it only
+// once the API answers there.
+func TestScenarioNewEndpointIsWrittenOnceItAnswers(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "vip", 0)
+	vip := w.net.Addr().Next().Next().Next().Next().Next().Next() // .6
+	w.set(t, "network.cluster.kubeapi_vip", vip.String())
+	mark := time.Now()
+	if err := w.journaled(t).Converge(ctx); err != nil {
+		t.Fatalf("converge of the new endpoint: %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join(w.dir, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "https://" + vip.String() + ":6443"; kube.Server(data) != want {
+		t.Fatalf("the kubeconfig names %s, want %s", kube.Server(data), want)
+	}
+	log := since(w.lab, mark)
+	var steps [][3]string
+	for _, h := range w.hosts(3, 0) {
+		steps = append(steps, [3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, h)})
+	}
+	inOrder(t, log, steps...)
+	p, err := w.engine(t).Plan(ctx)
+	if err != nil || !p.Empty() {
+		t.Fatalf("plan after the new endpoint: %v %s %v", err, p.Summary(), p.Refusals)
 	}
 }

@@ -1,28 +1,58 @@
 package proxmox_test
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/taloscluster/taloscluster/reconcile/plan"
 )
 
 // TestRunningNodesKeepTheirVersionsInTheirConfigs: an existing node's
 // desired config is made at the Talos and Kubernetes versions it runs, so
-// a version change is its own refusal (until upgrades are built) and
-// never shows as a config diff of every node, nor is baked into a running
-// node's config before its hop.
+// a version change is an upgrade of its own and never shows as a config
+// applied to every node before its upgrade, nor is a running node's
+// config baked at a version before its hop.
 func TestRunningNodesKeepTheirVersionsInTheirConfigs(t *testing.T) {
 	t.Parallel()
 	w, ctx := built(t, "versions", 1)
-	for _, tc := range []struct{ key, value, refusal string }{
-		{"kubernetes.version", "v1.36.2", "kubernetes.version v1.36.1 -> v1.36.2"},
-		{"talos.version", "v1.13.9", "talos.version v1.13.8 -> v1.13.9"},
-	} {
-		p, err := planSets(t, ctx, w, [][2]string{{tc.key, tc.value}}, nil)
-		if err != nil {
-			t.Fatal(err)
+
+	p, err := planSets(t, ctx, w, [][2]string{{"kubernetes.version", "v1.36.2"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Refusals) > 0 {
+		t.Fatalf("refusals %v", p.Refusals)
+	}
+	upgrades := 0
+	for _, ch := range p.Changes {
+		switch ch.Action {
+		case plan.ActionApplyConfig:
+			t.Errorf("a Kubernetes upgrade applies a config outside its hop: %s %s", ch.Resource, ch.Reason)
+		case plan.ActionUpgradeKubernetes:
+			upgrades++
 		}
-		if len(p.Refusals) != 1 || !strings.Contains(p.Refusals[0].Reason, tc.refusal) {
-			t.Errorf("%s = %s: refusals %v, want only the version's", tc.key, tc.value, p.Refusals)
+	}
+	// Three components on each of three control planes, kube-proxy, and
+	// four kubelets.
+	if upgrades != 3*3+1+4 {
+		t.Errorf("%d Kubernetes upgrade steps, want 14", upgrades)
+	}
+
+	p, err = planSets(t, ctx, w, [][2]string{{"talos.version", "v1.13.9"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installed := map[string]bool{}
+	for _, ch := range p.Changes {
+		switch ch.Action {
+		case plan.ActionUpgradeTalos:
+			installed[ch.Resource.Name] = true
+		case plan.ActionApplyConfig:
+			if !installed[ch.Resource.Name] {
+				t.Errorf("%s is given a config made for the new Talos before it runs it", ch.Resource.Name)
+			}
 		}
+	}
+	if len(installed) != 4 {
+		t.Errorf("%d nodes upgraded, want 4", len(installed))
 	}
 }

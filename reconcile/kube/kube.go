@@ -55,6 +55,19 @@ func New(kubeconfig []byte) (*Client, error) {
 	return &Client{cs: cs}, nil
 }
 
+// Server returns the API server a kubeconfig's current context names, ""
+// when it names none or does not parse.
+func Server(kubeconfig []byte) string {
+	if len(kubeconfig) == 0 {
+		return ""
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return ""
+	}
+	return cfg.Host
+}
+
 // NewFromInterface wraps an existing clientset (for tests).
 func NewFromInterface(cs kubernetes.Interface) *Client { return &Client{cs: cs} }
 
