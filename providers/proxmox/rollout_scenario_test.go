@@ -476,3 +476,54 @@ func TestScenarioNewEndpointIsWrittenOnceItAnswers(t *testing.T) {
 		t.Fatalf("plan after the new endpoint: %v %s %v", err, p.Summary(), p.Refusals)
 	}
 }
+
+// TestScenarioRebootAppliesPendingResizes: cores and memory of a running
+// VM wait for its restart, which the plan shows as restart pending;
+// converge --reboot restarts the VMs through the provider, control planes
+// one at a time through the health gate, then the workers.
+func TestScenarioRebootAppliesPendingResizes(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "resize", 1)
+	w.set(t, "controlplane.cores", "3", "workers.worker.memory", "6")
+	if err := w.journaled(t).Converge(ctx); err != nil {
+		t.Fatalf("converge of the resize: %v", err)
+	}
+	p, err := w.engine(t).Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := 0
+	for _, msg := range p.Warnings {
+		if strings.Contains(msg, "restart pending") {
+			pending++
+		}
+	}
+	if pending != 4 || len(p.Changes) != 0 {
+		t.Fatalf("plan after the resize: %d restart-pending warnings (want 4), changes %v", pending, p.Changes)
+	}
+	e := w.journaled(t)
+	e.Reboot = true
+	mark := time.Now()
+	if err := e.Converge(ctx); err != nil {
+		t.Fatalf("converge --reboot: %v", err)
+	}
+	log := since(w.lab, mark)
+	var steps [][3]string
+	for _, h := range w.hosts(3, 1) {
+		vm, _ := vmID(t, w, h)
+		steps = append(steps,
+			[3]string{"kubernetes", "patch nodes", h},
+			[3]string{"proxmox", "qemu.reboot", vm},
+			[3]string{"lab", "node-left", h},
+			[3]string{"lab", "node-joined", h})
+	}
+	inOrder(t, log, steps...)
+	downs(t, log, w.hosts(3, 0), 1)
+	if got := w.vm(t, w.name+"-controlplane-02").Cores; got != 3 {
+		t.Errorf("controlplane-02 has %d cores after its restart, want 3", got)
+	}
+	p, err = w.engine(t).Plan(ctx)
+	if err != nil || !p.Empty() || len(p.Warnings) > 0 {
+		t.Fatalf("plan after --reboot: %v %s %v", err, p.Summary(), p.Warnings)
+	}
+}
