@@ -220,14 +220,15 @@ func clusterLine(steps []Step) string {
 // did not succeed. withResource names its resource too.
 func stepText(s Step, withResource bool) string {
 	name := mdEscape(s.Name)
-	if withResource {
-		name += " " + mdEscape(string(s.Resource.Kind)+" "+s.Resource.Name)
+	if withResource && !strings.Contains(s.Name, s.Resource.Name) {
+		name += " of " + mdEscape(s.Resource.String())
 	}
 	switch {
 	case s.Unfinished:
 		return name + " **did not finish** (ran " + StepDuration(s.Duration) + ")"
 	case s.Err != "":
-		return name + " **failed** after " + StepDuration(s.Duration) + ": " + MarkdownText(s.Err, maxStepErr)
+		line, _, _ := strings.Cut(s.Err, "\n")
+		return name + " **failed** after " + StepDuration(s.Duration) + ": " + MarkdownText(line, maxStepErr)
 	}
 	return name + " " + StepDuration(s.Duration)
 }
