@@ -261,6 +261,9 @@ type fakeRunner struct {
 	checkRes *agent.CheckResult
 	checkErr error
 	calls    []string
+	// steps, when set, runs an approved plan instead of creating its
+	// machines: a rollout's steps, told to h.Step.
+	steps func(h agent.ConvergeHooks) error
 }
 
 func (r *fakeRunner) planOf(files fs.FS) (*plan.Plan, error) {
@@ -315,6 +318,9 @@ func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, h age
 	r.approved = append(r.approved, pl)
 	if len(pl.Refusals) > 0 {
 		return fmt.Errorf("refused: %s", pl.Refusals[0].Reason)
+	}
+	if r.steps != nil {
+		return r.steps(h)
 	}
 	var fail *failure
 	if len(r.failures) > 0 {
