@@ -100,8 +100,8 @@ const (
 // the nodes of a batch say that they ran in parallel. Steps of the whole
 // cluster are summed up in one line, those that failed named. A long list
 // is folded in <details>; one longer than limit bytes is cut at a node's
-// line, with a link to fullURL (the run's page) when it is set. No steps
-// render as "".
+// line, with a link to fullURL (the run's page) when it is set. No steps,
+// or a limit too small to say anything, render as "".
 func StepsMarkdown(steps []Step, limit int, fullURL string) string {
 	if len(steps) == 0 {
 		return ""
@@ -140,9 +140,12 @@ func StepsMarkdown(steps []Step, limit int, fullURL string) string {
 		closing = "\n</details>\n"
 		head = "Each node's steps in the order it ran them:\n\n"
 	}
+	budget := limit - len(open) - len(head) - len(closing)
+	if budget < len(cutNote(len(lines), fullURL)) {
+		return "" // not even room to say that the list was left out
+	}
 	var b strings.Builder
 	b.WriteString(open + head)
-	budget := limit - len(open) - len(head) - len(closing)
 	for i, l := range lines {
 		more := len(lines) - i - 1
 		// Room is kept for the note that says what was left out.

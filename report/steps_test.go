@@ -126,6 +126,9 @@ func TestStepsMarkdownFoldsAndCuts(t *testing.T) {
 	if strings.Count(full, "\n- `big-worker-") != 400 {
 		t.Errorf("the full list lacks nodes")
 	}
+	if got := report.StepsMarkdown(steps, 100, ""); got != "" {
+		t.Errorf("a limit of 100 bytes gives %q", got)
+	}
 	for _, limit := range []int{16000, 3000, 500} {
 		got := report.StepsMarkdown(steps, limit, "https://agent.example/plans/x")
 		if len(got) > limit {
