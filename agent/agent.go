@@ -15,6 +15,7 @@ import (
 
 	"github.com/taloscluster/taloscluster/agent/httpapi"
 	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/retry"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
@@ -52,11 +53,9 @@ type Forge interface {
 type Runner interface {
 	// Plan plans a cluster read from files, changing nothing.
 	Plan(ctx context.Context, cluster string, files fs.FS) (*plan.Plan, error)
-	// Converge makes the cluster match files at commit; progress lines go
-	// to log. Before its first mutation it calls approve with the plan it is
-	// about to run; an error from approve stops it, nothing changed, and
-	// Converge returns that error.
-	Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string), approve func(*plan.Plan) error) error
+	// Converge makes the cluster match files at commit, telling h what
+	// it does and asking h to approve its plan (see ConvergeHooks).
+	Converge(ctx context.Context, cluster, commit string, files fs.FS, h ConvergeHooks) error
 	// Endpoints returns every endpoint a cluster sends credentials to or
 	// trusts, as the engine will use them, and the TLS settings they are
 	// reached with, for the pull-request endpoint policy. It makes no
@@ -71,6 +70,21 @@ type Runner interface {
 	// error; an error means the cluster could not be checked at all (its
 	// files do not load).
 	Check(ctx context.Context, cluster string, files fs.FS) (*CheckResult, error)
+}
+
+// ConvergeHooks is what a converge tells the agent as it runs, and what
+// it asks of it.
+type ConvergeHooks struct {
+	// Log receives the engine's progress lines.
+	Log func(string)
+	// Approve is called with the plan about to run, before the first
+	// mutation; an error from it stops the converge, nothing changed, and
+	// Converge returns that error.
+	Approve func(*plan.Plan) error
+	// Step, when set, is told when each step starts and ends. It is
+	// called from several goroutines at once: the steps of a worker batch
+	// run in parallel.
+	Step func(reconcile.StepEvent)
 }
 
 // Progress is the state the agent keeps between runs: the last commit

@@ -21,6 +21,7 @@ import (
 	"github.com/taloscluster/taloscluster/agent/httpapi"
 	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/gitsync"
+	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/retry"
 	"github.com/taloscluster/taloscluster/report"
@@ -260,6 +261,9 @@ type fakeRunner struct {
 	checkRes *agent.CheckResult
 	checkErr error
 	calls    []string
+	// steps, when set, runs an approved plan instead of creating its
+	// machines: a rollout's steps, told to h.Step.
+	steps func(h agent.ConvergeHooks) error
 }
 
 func (r *fakeRunner) planOf(files fs.FS) (*plan.Plan, error) {
@@ -296,7 +300,7 @@ func (r *fakeRunner) Plan(_ context.Context, _ string, files fs.FS) (*plan.Plan,
 	return r.planOf(files)
 }
 
-func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, log func(string), approve func(*plan.Plan) error) error {
+func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, h agent.ConvergeHooks) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.converges++
@@ -307,7 +311,7 @@ func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, log f
 	if pl.Empty() {
 		return nil
 	}
-	if err := approve(pl); err != nil {
+	if err := h.Approve(pl); err != nil {
 		r.refusedBy = append(r.refusedBy, err)
 		return err
 	}
@@ -315,17 +319,33 @@ func (r *fakeRunner) Converge(_ context.Context, _, _ string, files fs.FS, log f
 	if len(pl.Refusals) > 0 {
 		return fmt.Errorf("refused: %s", pl.Refusals[0].Reason)
 	}
+	if r.steps != nil {
+		return r.steps(h)
+	}
 	var fail *failure
 	if len(r.failures) > 0 {
 		fail = &r.failures[0]
 		r.failures = r.failures[1:]
 	}
 	for i, c := range pl.Changes {
+		ev := reconcile.StepEvent{Index: i + 1, Total: len(pl.Changes), Phase: c.Phase, Action: c.Action, Resource: c.Resource,
+			Reason: c.Reason, Attributes: c.Attributes, Batch: c.Batch, Started: time.Now()}
+		if h.Step != nil {
+			h.Step(ev)
+		}
 		if fail != nil && i == fail.steps {
+			if h.Step != nil {
+				ev.Ended, ev.Err = time.Now(), fail.err
+				h.Step(ev)
+			}
 			return fail.err
 		}
 		// The executor's progress line: the phase, then [i/n] and the step.
-		log(fmt.Sprintf("%-10s [%d/%d] %s %s\n", string(c.Phase)+":", i+1, len(pl.Changes), c.Action.Symbol(), c.Resource))
+		h.Log(fmt.Sprintf("%-10s [%d/%d] %s %s\n", string(c.Phase)+":", i+1, len(pl.Changes), c.Action.Symbol(), c.Resource))
+		if h.Step != nil {
+			ev.Ended = time.Now()
+			h.Step(ev)
+		}
 		r.created[c.Resource.Name] = true
 		r.mutations = append(r.mutations, c.Resource.Name)
 		if i == 0 && r.hold != nil {

@@ -89,6 +89,43 @@ func (b *board) setRunning(j Job, started time.Time) {
 	})
 }
 
+// maxRolloutNodes bounds the nodes the status page shows of one run.
+const maxRolloutNodes = 500
+
+// nodeStep records on the run in progress on cluster that a step of node
+// n.Node started or ended. It is called from the run's goroutines: the
+// nodes of a batch go through their steps at the same time. A run that
+// is no longer in progress is left as it is.
+func (b *board) nodeStep(cluster string, n httpapi.NodeProgress) {
+	b.record(cluster, func(s *httpapi.ClusterStatus) {
+		if s.Progress == nil {
+			return
+		}
+		for i := range s.Progress.Nodes {
+			cur := &s.Progress.Nodes[i]
+			if cur.Node != n.Node {
+				continue
+			}
+			if n.Step < cur.Step {
+				return // an older step's news, come late
+			}
+			n.Done = cur.Done
+			if !n.Ended.IsZero() {
+				n.Done++
+			}
+			*cur = n
+			return
+		}
+		if len(s.Progress.Nodes) >= maxRolloutNodes {
+			return
+		}
+		if !n.Ended.IsZero() {
+			n.Done = 1
+		}
+		s.Progress.Nodes = append(s.Progress.Nodes, n)
+	})
+}
+
 // storePlan keeps a plan (or a converge's page) for /plans/{id}, secrets
 // removed, and returns its id.
 func (b *board) storePlan(cluster, commit, kind, markdown string) string {
@@ -148,6 +185,7 @@ func (b *board) sections() []httpapi.ClusterStatus {
 		cs := *b.clusters[p]
 		if cs.Progress != nil {
 			progress := *cs.Progress
+			progress.Nodes = slices.Clone(progress.Nodes)
 			cs.Progress = &progress
 		}
 		if cs.Waiting != nil {

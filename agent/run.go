@@ -57,6 +57,8 @@ type run struct {
 
 	mu    sync.Mutex
 	lines []string // the engine's progress, for the run's page
+	// steps are the steps the converge ran, for its comment and page.
+	steps stepLog
 }
 
 // runMutation is the scheduler's run of a mutating job; it returns how the
@@ -100,7 +102,8 @@ func (r *run) converge(ctx context.Context) error {
 		}
 	}
 	return a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
-		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, a.progressLog(j.Cluster, r.keep), r.rv.approve)
+		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, ConvergeHooks{
+			Log: a.progressLog(j.Cluster, r.keep), Approve: r.rv.approve, Step: r.observe})
 	})
 }
 
@@ -231,6 +234,9 @@ func (r *run) page() string {
 		page.WriteString(report.Markdown(r.rv.ran) + "\n")
 	}
 	page.WriteString(r.rv.differencesText())
+	if steps := r.stepsText(maxPageSteps, ""); steps != "" {
+		page.WriteString(steps + "\n")
+	}
 	r.mu.Lock()
 	page.WriteString("```\n" + strings.Join(r.lines, "") + "\n```\n")
 	r.mu.Unlock()
@@ -249,18 +255,56 @@ func (r *run) comment(ctx context.Context, desc, fullURL string) {
 		if rv.destroy {
 			verb = "destroy"
 		}
-		body := fmt.Sprintf("**taloscluster %s** of `%s` at `%s`: **%s**", verb, j.Cluster, short(j.Commit), desc)
+		head := fmt.Sprintf("**taloscluster %s** of `%s` at `%s`: **%s**", verb, j.Cluster, short(j.Commit), desc)
 		if len(j.Covers) > 1 {
-			body += fmt.Sprintf("\n\nThis run covered the merges %s.", strings.Join(shorts(j.Covers), ", "))
+			head += fmt.Sprintf("\n\nThis run covered the merges %s.", strings.Join(shorts(j.Covers), ", "))
 		}
+		var rest string
 		if pr == 0 {
 			// Found after GitHub's rate limit, with the comment.
-			body += "\n\n_GitHub's rate limit kept the agent from finding this pull request when the converge ran, so this comment does not compare the plan that ran with the reviewed one._"
-		} else if sec := rv.section(i, pr, fullURL); sec != "" {
-			body += "\n\n" + sec
+			rest = "_GitHub's rate limit kept the agent from finding this pull request when the converge ran, so this comment does not compare the plan that ran with the reviewed one._"
+		} else {
+			rest = rv.section(i, pr, fullURL)
+		}
+		// What each node went through comes before the plan, which may be
+		// long, in what the comment has left.
+		steps := r.stepsText(min(maxCommentSteps, gh.MaxCommentBytes-len(head)-len(rest)-commentSlack), fullURL)
+		body := head
+		if steps != "" {
+			body += "\n\n" + strings.TrimRight(steps, "\n")
+		}
+		if rest != "" {
+			body += "\n\n" + rest
 		}
 		a.comment(ctx, pr, j.Covers[i], body)
 	}
+}
+
+// Bounds of the steps per node in a converge's comment and page, in
+// bytes; commentSlack is kept free of a comment for what a redaction
+// may add.
+const (
+	maxCommentSteps = 16000
+	maxPageSteps    = 1 << 20
+	commentSlack    = 2048
+)
+
+// stepsText renders the steps the run's converge ran, per node, in at
+// most limit bytes; fullURL is the run's page, linked when the list is
+// cut. A run that tried before says that the list is of this try only.
+func (r *run) stepsText(limit int, fullURL string) string {
+	if limit <= 0 {
+		return ""
+	}
+	note := ""
+	if r.attempt > 1 || r.job.Waits > 0 {
+		note = "_Steps of the last try; earlier tries ran some of the plan already._\n\n"
+	}
+	md := report.StepsMarkdown(r.steps.list(time.Now()), limit-len(note), fullURL)
+	if md == "" {
+		return ""
+	}
+	return note + md
 }
 
 // verdict is what settle decides a run's outcome from: the engine's error

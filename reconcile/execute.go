@@ -92,6 +92,9 @@ type StepEvent struct {
 	Resource     plan.Resource
 	// Reason is the step's reason, as the plan shows it.
 	Reason string
+	// Attributes are the step's attributes, as the plan shows them (which
+	// hop a Kubernetes step belongs to, whether a node update cordons).
+	Attributes []plan.Attribute
 	// Batch is the step's batch, 0 for none.
 	Batch          int
 	Started, Ended time.Time
@@ -101,7 +104,7 @@ type StepEvent struct {
 // numbered runs the step numbered i of total.
 func (r *run) numbered(ctx context.Context, i, total int, st plan.Change) error {
 	r.e.say(st.Phase, "[%d/%d] %s %s %s", i, total, st.Action.Symbol(), st.Resource.Kind, st.Resource.Name)
-	ev := StepEvent{Index: i, Total: total, Phase: st.Phase, Action: st.Action, Resource: st.Resource, Reason: st.Reason, Batch: st.Batch, Started: time.Now()}
+	ev := StepEvent{Index: i, Total: total, Phase: st.Phase, Action: st.Action, Resource: st.Resource, Reason: st.Reason, Attributes: st.Attributes, Batch: st.Batch, Started: time.Now()}
 	if r.e.Steps != nil {
 		r.e.Steps(ev)
 	}

@@ -16,7 +16,8 @@
 //	              first line of the reason
 //	/             the status page built from Options.Status: one section
 //	              per cluster (nodes, updates, drift, the last runs, the
-//	              progress of a converge, a converge that waits and when
+//	              progress of a converge with the step each node is in,
+//	              a converge that waits and when
 //	              it runs again); it reloads itself, every 5
 //	              seconds while a converge runs, every 30 otherwise
 //	/plans/{id}   a plan stored by the agent, as HTML (the text inside
@@ -165,6 +166,35 @@ type Progress struct {
 	Step, Steps int
 	// Text describes the step ("+ machine prod-a-worker-03").
 	Text string
+	// Nodes are the nodes the run's steps reached so far, in the order
+	// their first step started: the step each runs, or the last one it
+	// ended.
+	Nodes []NodeProgress
+}
+
+// NodeProgress is where one node is in a converge in progress: the step
+// it runs, or, between steps, the last one it ended.
+type NodeProgress struct {
+	// Node is the machine's name (a Kubernetes node's is the same).
+	Node string
+	// Step is the step's number among the run's steps, from 1.
+	Step int
+	// Phase and Action are the step's, as the plan shows them; Name says
+	// what it does in a few words ("cordon", "upgrade-talos").
+	Phase, Action, Name string
+	// Reason is the step's reason, shortened to one line, secrets
+	// removed.
+	Reason string
+	// Batch is the step's worker batch, 0 for none: the nodes of a batch
+	// go through their steps at the same time.
+	Batch int
+	// Started is when the step started; Ended when it ended, zero while
+	// it runs.
+	Started, Ended time.Time
+	// Failed is set when the step ended with an error.
+	Failed bool
+	// Done counts the node's steps that ended in this run.
+	Done int
 }
 
 // Waiting is a converge (or self-heal) that stopped on something that

@@ -144,7 +144,7 @@ section.cluster { border-top: 2px solid #ccc; margin-top: 2rem; }
 {{if .Elsewhere}}<p>This cluster is handled by another replica: its plans, converges and checks run there, so this page shows nothing live about it.</p>
 {{else}}<p>{{if .Running}}Running: {{.Running}}.{{else if .Waiting}}Waiting.{{else}}Idle.{{end}} Last plan: {{template "run" .LastPlan}}. Last converge: {{template "run" .LastConverge}}.</p>
 {{with .Waiting}}<div class="progress waiting" role="status">{{.Kind}} of <code>{{short .Commit}}</code> <span class="retried">waiting: {{.Reason}}</span> (since <time datetime="{{iso .Since}}">{{when .Since}}</time>); it runs again <time datetime="{{iso .Next}}">{{when .Next}}</time> ({{until .Next}}).</div>
-{{end}}{{with .Progress}}<div class="progress" role="status" aria-live="polite">{{if .Steps}}<progress value="{{.Step}}" max="{{.Steps}}">{{.Step}} of {{.Steps}}</progress> {{.Kind}} of <code>{{short .Commit}}</code>: step {{.Step}} of {{.Steps}}: {{.Text}}{{else}}{{.Kind}} of <code>{{short .Commit}}</code>: planning, no step started yet{{end}} (running for {{since .Started}}).</div>
+{{end}}{{with .Progress}}<div class="progress" role="status" aria-live="polite">{{if .Steps}}<progress value="{{.Step}}" max="{{.Steps}}">{{.Step}} of {{.Steps}}</progress> {{.Kind}} of <code>{{short .Commit}}</code>: step {{.Step}} of {{.Steps}}: {{.Text}}{{else}}{{.Kind}} of <code>{{short .Commit}}</code>: planning, no step started yet{{end}} (running for {{since .Started}}).{{template "rollout" .Nodes}}</div>
 {{end}}{{template "nodes" .Check}}
 <h3>Updates available</h3>
 {{with .Check}}{{if .Error}}<p class="failure">The last check failed: {{.Error}}</p>
@@ -178,6 +178,15 @@ section.cluster { border-top: 2px solid #ccc; margin-top: 2rem; }
 </table>
 {{if .Missing}}<p>In cluster.yaml but not created yet: {{range $i, $m := .Missing}}{{if $i}}, {{end}}<code>{{$m}}</code>{{end}}.</p>
 {{end}}{{end}}{{end}}
+
+{{define "rollout"}}{{if .}}
+<table class="rollout"><caption>Nodes in this run</caption>
+<thead><tr><th scope="col">Node</th><th scope="col">Step</th><th scope="col">Phase</th><th scope="col">Doing</th><th scope="col">Why</th><th scope="col">Since</th></tr></thead>
+<tbody>
+{{range .}}<tr data-rollout-node="{{.Node}}"><th scope="row"><code>{{.Node}}</code></th><td>{{.Step}}</td><td>{{.Phase}}</td><td>{{.Name}}{{if .Batch}} <span class="note">(batch {{.Batch}}, in parallel)</span>{{end}}</td><td>{{.Reason}}</td><td class="nowrap">{{if .Ended.IsZero}}running for {{since .Started}}{{else if .Failed}}<span class="failure">failed</span> {{since .Ended}} ago{{else}}ended {{since .Ended}} ago, {{.Done}} {{if eq .Done 1}}step{{else}}steps{{end}} done{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+{{end}}{{end}}
 
 {{define "runs"}}{{$repo := .RepositoryURL}}{{if .Runs}}<table class="runs"><caption>Last runs</caption>
 <thead><tr><th scope="col">Kind</th><th scope="col">Commit</th><th scope="col">Pull request</th><th scope="col">Result</th><th scope="col">Duration</th><th scope="col">Finished</th><th scope="col">Plan</th></tr></thead>

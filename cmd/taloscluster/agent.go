@@ -406,12 +406,12 @@ func destroyRequested(files fs.FS, name string) (bool, error) {
 	return true, nil
 }
 
-func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, files fs.FS, log func(string), approve func(*plan.Plan) error) error {
-	e, err := r.engine(cluster, files, lineWriter(log))
+func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, files fs.FS, h agent.ConvergeHooks) error {
+	e, err := r.engine(cluster, files, lineWriter(h.Log))
 	if err != nil {
 		return err
 	}
-	e.Approve = approve
+	e.Approve, e.Steps = h.Approve, h.Step
 	if j, ok := r.store.(reconcile.Journal); ok {
 		e.Journal, e.Commit = j, commit
 	}

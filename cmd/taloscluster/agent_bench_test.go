@@ -32,7 +32,7 @@ type emptyRunner struct{}
 func (emptyRunner) Plan(context.Context, string, fs.FS) (*plan.Plan, error) {
 	return plan.New("bench"), nil
 }
-func (emptyRunner) Converge(context.Context, string, string, fs.FS, func(string), func(*plan.Plan) error) error {
+func (emptyRunner) Converge(context.Context, string, string, fs.FS, agent.ConvergeHooks) error {
 	return nil
 }
 func (emptyRunner) Endpoints(string, fs.FS) (agent.Endpoints, error) { return agent.Endpoints{}, nil }
