@@ -566,7 +566,7 @@ func (h *talosHooks) NodeJoined(cluster string, n talos.Node) {
 	if !ok {
 		return
 	}
-	err := k.AddNode(kube.Node{Name: n.Hostname, Addresses: []netip.Addr{n.Addr}, Role: string(n.Role), Labels: n.Labels, KubeletVersion: n.KubeletVersion})
+	err := k.AddNode(kube.Node{Name: n.Hostname, Addresses: []netip.Addr{n.Addr}, Role: string(n.Role), Labels: n.Labels, KubeletVersion: n.KubeletVersion, Annotations: n.Annotations})
 	if err != nil {
 		// Registered before: the kubelet is back.
 		_ = k.SetKubeletVersion(n.Hostname, n.KubeletVersion)

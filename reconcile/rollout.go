@@ -293,8 +293,7 @@ func (ro *rollout) readNode(p *plan.Plan, r *roll) error {
 	if older(target, n.Version) || minorsApart(n.Version, target) > 1 {
 		return nil // refused by refuseVersions
 	}
-	installer := installerOf(desired)
-	if !sameVersion(n.Version, target) || (installer != "" && n.Installer != "" && schematicOf(installer) != schematicOf(n.Installer)) {
+	if !sameVersion(n.Version, target) || ro.newSchematic(r.hostname, n, installerOf(desired)) {
 		_, kv := runningVersions(ro.obs, r.hostname)
 		after, err := want.ConfigAt(r.hostname, target, kv)
 		if err != nil {
@@ -496,11 +495,34 @@ func installerOf(config []byte) string {
 	return cfg.Machine().Install().Image()
 }
 
-// schematicOf returns an installer image without its tag: the image
-// factory host and schematic.
-func schematicOf(image string) string {
-	if t := imageTag(image); t != "" {
-		return strings.TrimSuffix(image, ":"+t)
+// newSchematic reports whether a node runs another Image Factory
+// schematic than its desired installer's: as Talos annotates its Node
+// with the schematic of the image it booted, or, without that, as its
+// running config's installer names it (which an interrupted upgrade may
+// not have changed yet).
+func (ro *rollout) newSchematic(hostname string, n NodeFacts, installer string) bool {
+	want := schematicID(installer)
+	if want == "" {
+		return false
 	}
-	return image
+	for _, kn := range ro.obs.Kube.Nodes {
+		if kn.Name == hostname && kn.Schematic != "" {
+			return kn.Schematic != want
+		}
+	}
+	have := schematicID(n.Installer)
+	return have != "" && have != want
+}
+
+// schematicID returns the schematic of an Image Factory installer image
+// (<host>/installer/<schematic>:<version>), "" for another image.
+func schematicID(image string) string {
+	if t := imageTag(image); t != "" {
+		image = strings.TrimSuffix(image, ":"+t)
+	}
+	parts := strings.Split(image, "/")
+	if len(parts) < 3 || !strings.HasSuffix(parts[len(parts)-2], "installer") {
+		return ""
+	}
+	return parts[len(parts)-1]
 }

@@ -41,6 +41,9 @@ type Node struct {
 	Labels map[string]string
 	// KubeletVersion is the kubelet's version; empty means the server's.
 	KubeletVersion string
+	// Annotations are set on the Node (Talos's node annotations), over
+	// what it has.
+	Annotations map[string]string
 }
 
 // Pod is a workload pod placed by AddPod.
@@ -125,6 +128,12 @@ func (s *Server) AddNode(n Node) error {
 		}
 	}
 	node.Labels = lbls
+	for k, v := range n.Annotations {
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[k] = v
+	}
 	node.Spec.Taints = append(taints, corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule, TimeAdded: &now})
 	node.Status.Addresses = nil
 	for _, a := range n.Addresses {

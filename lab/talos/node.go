@@ -196,6 +196,13 @@ func (n *node) kubeNode() *Node {
 
 	kubelet, _ := parseImage(n.cfg.Machine().Kubelet().Image())
 
+	annotations := map[string]string{}
+	maps.Copy(annotations, n.cfg.Machine().NodeAnnotations())
+
+	if _, schematic := parseImage(n.runningImage()); schematic != "" {
+		annotations[schematicAnnotation] = schematic
+	}
+
 	return &Node{
 		Hostname:       n.hostname(),
 		Addr:           n.addr,
@@ -203,13 +210,18 @@ func (n *node) kubeNode() *Node {
 		KubeletVersion: kubelet,
 		TalosVersion:   n.version(),
 		Labels:         labels,
+		Annotations:    annotations,
 	}
 }
+
+// schematicAnnotation is the Node annotation Talos gives the schematic of
+// an Image Factory image.
+const schematicAnnotation = "extensions.talos.dev/schematic"
 
 func sameNode(a, b *Node) bool {
 	return a.Hostname == b.Hostname && a.Addr == b.Addr && a.Role == b.Role &&
 		a.KubeletVersion == b.KubeletVersion && a.TalosVersion == b.TalosVersion &&
-		maps.Equal(a.Labels, b.Labels)
+		maps.Equal(a.Labels, b.Labels) && maps.Equal(a.Annotations, b.Annotations)
 }
 
 // Lifecycle. Every method below is called with w.mu held.

@@ -352,6 +352,13 @@ type Node struct {
 	// Labels are machine.nodeLabels, plus node-role.kubernetes.io/control-plane
 	// on control planes as Talos adds it.
 	Labels map[string]string
+	// Annotations are the annotations Talos puts on the Node: the Image
+	// Factory schematic of the running image as
+	// extensions.talos.dev/schematic (NodeAnnotationSpecController turns
+	// each extension of ExtensionStatus into a label, or an annotation when
+	// its version is no valid label value, as the 64-digit schematic ID
+	// is; the factory adds the "schematic" pseudo-extension).
+	Annotations map[string]string
 }
 
 // Role is a node's machine type.

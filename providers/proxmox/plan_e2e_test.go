@@ -322,7 +322,7 @@ func keyWalk(name string, net netip.Prefix, pveURL string) ([]keyCase, []inertKe
 		sdn("vrf_tag", "20000"), sdn("tag", "20001"), sdn("mtu", "1500"), sdn("nodes", "[pve1, pve2, pve3]"),
 		sdn("exit_nodes", "[pve1]"), sdn("primary_exit_node", "pve1"),
 		{key: "proxmox.nodes", value: "[pve1]", want: "warning: which proxmox.nodes does not list"},
-		{key: "proxmox.image_factory", value: "https://factory.example.org", want: "step: upgrade-talos machine " + name + "-controlplane-01"},
+		{key: "proxmox.image_factory", value: "https://factory.example.org", want: "step: apply-config machine " + name + "-controlplane-01"},
 		{key: "proxmox.token_id", path: "-", files: map[string]string{"secrets.yaml": "proxmox:\n  token_id: walk@pve!other\n  token_secret: " + labSecret + "\n"}, want: "error: 401"},
 		{key: "proxmox.token_secret", path: "-", files: map[string]string{"secrets.yaml": "proxmox:\n  token_id: " + labToken + "\n  token_secret: not-the-secret\n"}, want: "error: 401"},
 		{key: "argocd", value: "{sync: true}", want: "warning: the argocd section is validated"},

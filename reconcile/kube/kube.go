@@ -98,6 +98,9 @@ type Node struct {
 	Unschedulable  bool
 	KubeletVersion string
 	Labels         map[string]string
+	// Schematic is the Image Factory schematic of the Talos image the
+	// node runs, as Talos annotates its Node; "" when it does not.
+	Schematic string
 	// CordonedBy says who cordoned the node and left a mark: CordonedByUs
 	// when this engine did, CordonedByTalos when Talos did (it uncordons
 	// such a node when it boots again), "" otherwise.
@@ -118,6 +121,11 @@ const (
 	cordonAnnotation      = "taloscluster.dev/cordoned"
 	talosCordonAnnotation = "talos.dev/cordoned"
 )
+
+// schematicAnnotation is the Node annotation in which Talos names the
+// Image Factory schematic of the image it runs (NodeAnnotationSpec from
+// the "schematic" extension, too long for a label value).
+const schematicAnnotation = "extensions.talos.dev/schematic"
 
 // Nodes lists the cluster's nodes.
 func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
@@ -156,6 +164,7 @@ func nodeOf(n corev1.Node) Node {
 		Unschedulable:  n.Spec.Unschedulable,
 		KubeletVersion: n.Status.NodeInfo.KubeletVersion,
 		Labels:         n.Labels,
+		Schematic:      n.Annotations[schematicAnnotation],
 	}
 	out.Ready = out.Condition == string(corev1.ConditionTrue)
 	if n.Spec.Unschedulable {
