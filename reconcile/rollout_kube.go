@@ -43,8 +43,8 @@ func (ro *rollout) planKubernetes(p *plan.Plan) error {
 			}
 		}
 	}
-	if lo == "" && len(unread) == 0 {
-		return nil // no node runs yet
+	if lo == "" {
+		return nil // no node was read: nothing runs yet, or the plan is incomplete for each
 	}
 	done := lo != "" && sameVersion(lo, target) && sameVersion(hi, target)
 	if len(unread) > 0 && !done {

@@ -16,10 +16,12 @@ import (
 // TestPlanOfPythonCluster: the plan of a cluster the Python taloscluster
 // left in the lab (lab.WriteLegacyCluster), with cluster.yaml unchanged,
 // shows exactly the differences docs/migration.md §3 lists for it: each
-// machine refused because its running config has the Python tool's shape,
-// the talosconfig endpoints rewritten, and, after the health barrier, the
-// boot CD-ROM detached on each VM. Nothing else: no VM, pool, tag, ISO or
-// firewall change, no warning.
+// machine given the engine's config (its running config has the Python
+// tool's shape) and reinstalled with the engine's schematic (the Python
+// tool's image always carried tailscale), one at a time through the health
+// gate; the talosconfig endpoints rewritten; and, after the health
+// barrier, the boot CD-ROM detached on each VM. Nothing else: no VM, pool,
+// tag, ISO or firewall change, no warning, no refusal.
 func TestPlanOfPythonCluster(t *testing.T) {
 	t.Parallel()
 	l, err := lab.Start(t.Context(), lab.Options{
@@ -38,8 +40,8 @@ func TestPlanOfPythonCluster(t *testing.T) {
 
 	var out, errb bytes.Buffer
 	code := run(t.Context(), []string{"plan", "-o", "json", "-C", dir}, &out, &errb)
-	if code != 1 { // refusals need attention
-		t.Fatalf("plan exit %d, want 1 (refused changes)\n%s\n%s", code, out.String(), errb.String())
+	if code != 0 {
+		t.Fatalf("plan exit %d, want 0\n%s\n%s", code, out.String(), errb.String())
 	}
 	var p struct {
 		Changes []struct {
@@ -65,7 +67,8 @@ func TestPlanOfPythonCluster(t *testing.T) {
 	machines := []string{"legacy-controlplane-01", "legacy-controlplane-02", "legacy-controlplane-03", "legacy-worker-01"}
 	var want []string
 	for _, m := range machines {
-		want = append(want, "apply-config refuse machine/"+m)
+		want = append(want, "upgrade wait cluster/legacy", "upgrade update node/"+m, "upgrade drain node/"+m, "upgrade apply-config machine/"+m,
+			"upgrade upgrade-talos machine/"+m, "upgrade restart machine/"+m, "upgrade wait machine/"+m, "upgrade update node/"+m)
 	}
 	want = append(want, "bootstrap update talosconfig/talosconfig", "health wait cluster/legacy")
 	for _, m := range machines {
@@ -75,7 +78,7 @@ func TestPlanOfPythonCluster(t *testing.T) {
 	for _, c := range p.Changes {
 		got = append(got, fmt.Sprintf("%s %s %s/%s", c.Phase, c.Action, c.Resource.Kind, c.Resource.Name))
 		switch {
-		case c.Action == "refuse":
+		case c.Action == "apply-config":
 			// The Python tool's config shape (docs/migration.md §1).
 			for _, s := range []string{"rotate-server-certificates", "wipe: true", "NetworkRuleConfig"} {
 				if !strings.Contains(c.Diff, s) {
@@ -98,7 +101,7 @@ func TestPlanOfPythonCluster(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("plan changes:\n  %s\nwant (docs/migration.md §3):\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
-	if len(p.Refusals) != len(machines) {
-		t.Errorf("%d refusals, want one per machine", len(p.Refusals))
+	if len(p.Refusals) != 0 {
+		t.Errorf("refusals %v, want none", p.Refusals)
 	}
 }

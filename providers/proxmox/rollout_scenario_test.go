@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 
@@ -525,5 +526,48 @@ func TestScenarioRebootAppliesPendingResizes(t *testing.T) {
 	p, err = w.engine(t).Plan(ctx)
 	if err != nil || !p.Empty() || len(p.Warnings) > 0 {
 		t.Fatalf("plan after --reboot: %v %s %v", err, p.Summary(), p.Warnings)
+	}
+}
+
+// TestScenarioRolledBackUpgradeStops: a control plane that comes back on
+// its previous Talos (the new system did not boot) stops the rollout as a
+// failure; the next control plane is not touched.
+func TestScenarioRolledBackUpgradeStops(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "rollback", 0)
+	cp1, cp2 := w.name+"-controlplane-01", w.name+"-controlplane-02"
+	w.lab.Talos.RollbackUpgrade(netip.MustParseAddr(w.nodeAddr(t, cp1)), 1)
+	w.set(t, "talos.version", "v1.13.9")
+	mark := time.Now()
+	err := w.journaled(t).Converge(ctx)
+	if err == nil || !strings.Contains(err.Error(), "came back running Talos v1.13.8, not v1.13.9") {
+		t.Fatalf("converge with an upgrade that rolls back: %v", err)
+	}
+	if s := reconcile.Settle(err); s.Outcome != reconcile.Failed {
+		t.Errorf("outcome %s, want failure", s.Outcome)
+	}
+	if find(since(w.lab, mark), 0, "talos", "LifecycleService.Upgrade", w.nodeAddr(t, cp2)) >= 0 {
+		t.Error("the rollout went on to the next control plane")
+	}
+}
+
+// TestScenarioUnreadableKubernetesVersionRefuses: when the running
+// Kubernetes version of a node cannot be read, a Kubernetes upgrade is
+// refused before any config is generated or applied.
+func TestScenarioUnreadableKubernetesVersionRefuses(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "unread", 1)
+	wk := w.name + "-worker-01"
+	w.lab.Talos.FailCalls(netip.MustParseAddr(w.nodeAddr(t, wk)), "/machine.MachineService/Version", 1000, codes.Unavailable)
+	w.set(t, "kubernetes.version", "v1.36.2")
+	before := len(w.lab.Talos.Log())
+	err := w.journaled(t).Converge(ctx)
+	if err == nil || !strings.Contains(err.Error(), "the running Kubernetes version of "+wk+" could not be read") {
+		t.Fatalf("converge with an unreadable node: %v", err)
+	}
+	for _, op := range w.lab.Talos.Log()[before:] {
+		if op.Name() == "ApplyConfiguration" {
+			t.Fatalf("a config was applied: %v", op)
+		}
 	}
 }
