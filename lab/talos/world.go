@@ -269,6 +269,28 @@ type Hooks interface {
 	Drain(ctx context.Context, cluster, hostname string, retry time.Duration) error
 }
 
+// EndpointHooks, when Hooks also implements it, is told every address the
+// cluster's Kubernetes API answers at, after Bootstrapped and whenever they
+// change: each Layer-2 VIP a control plane holds (one whose config no
+// longer names it too, until no node holds it), or an endpoint that is no
+// VIP while it is served (see Hooks.APIServing); none while nothing serves
+// it. It is told before the APIServing call a change brings.
+type EndpointHooks interface {
+	APIEndpoints(cluster string, eps []APIEndpoint)
+}
+
+// APIEndpoint is one address the cluster's Kubernetes API answers at.
+type APIEndpoint struct {
+	// Addr is the address and kube-apiserver's port.
+	Addr netip.AddrPort
+	// Node is the control plane whose kube-apiserver answers there.
+	Node netip.Addr
+	// SANs are the DNS names and IP addresses of that kube-apiserver's
+	// serving certificate, as Talos generates it from the node's config
+	// and addresses, sorted.
+	SANs []string
+}
+
 // StaticPodHooks, when Hooks also implements it, is told the control-plane
 // static pods each control plane's kubelet runs, as Talos renders them from
 // the node's machine config, every time they change: at registration and
@@ -927,6 +949,23 @@ func (w *World) APIServerVersion(cluster string) string {
 	}
 
 	return ""
+}
+
+// APIEndpoints returns the addresses the named cluster's Kubernetes API
+// answers at now, the one most of its nodes' configs name first (see
+// EndpointHooks); nil when it answers nowhere.
+func (w *World) APIEndpoints(cluster string) []APIEndpoint {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+	if c == nil {
+		return nil
+	}
+
+	w.electVIPs(c)
+
+	return slices.Clone(c.endpoints)
 }
 
 // APIServing reports whether the named cluster's Kubernetes API endpoint
