@@ -751,8 +751,8 @@ func (w *World) updateAPI(c *cluster) {
 // config named it, is served by its holder. An endpoint of a node's config
 // that is no VIP is served while a control plane of that address (or, for
 // any other address, any control plane) runs its kubelet and etcd has a
-// majority. The endpoint most configs of c name comes first, then by
-// address.
+// majority. The endpoint the configs of most control planes of c name
+// comes first (it is what their Kubeconfig serves), then by address.
 func (w *World) apiEndpoints(c *cluster) []APIEndpoint {
 	if !c.bootstrapped {
 		return nil
@@ -774,6 +774,10 @@ func (w *World) apiEndpoints(c *cluster) []APIEndpoint {
 	var configured []netip.AddrPort
 
 	for _, n := range w.nodesOf(c) {
+		if !n.controlPlane() {
+			continue
+		}
+
 		if addr, ok := endpointOf(n.cfg); ok {
 			if named[addr] == 0 {
 				configured = append(configured, addr)

@@ -952,7 +952,8 @@ func (w *World) APIServerVersion(cluster string) string {
 }
 
 // APIEndpoints returns the addresses the named cluster's Kubernetes API
-// answers at now, the one most of its nodes' configs name first (see
+// answers at now, the one the configs of most of its control planes name
+// first (see
 // EndpointHooks); nil when it answers nowhere.
 func (w *World) APIEndpoints(cluster string) []APIEndpoint {
 	w.mu.Lock()
