@@ -51,7 +51,8 @@ type cluster struct {
 	// first holds the IP.
 	vips map[netip.Addr][]*node
 
-	// info is what the bootstrap node's config said of the cluster.
+	// info is what the bootstrap node's config said of the cluster; the
+	// configs running now say where its API answers (apiEndpoints).
 	info Cluster
 	// apiServing: the Kubernetes API endpoint has a kube-apiserver behind
 	// it (see Hooks.APIServing).

@@ -225,12 +225,13 @@ type Hooks interface {
 	// Bootstrapped is called once per cluster, when its etcd is
 	// bootstrapped and its Kubernetes API comes up.
 	Bootstrapped(c Cluster)
-	// APIServing is called when the cluster's Kubernetes API endpoint
-	// (Cluster.APIAddr) gets a kube-apiserver behind it (serving) or loses
-	// it: the control plane holding its Layer-2 VIP, or for an endpoint
-	// without a VIP a control plane running its kubelet while etcd has a
-	// majority. It follows Bootstrapped, with serving true, once the
-	// endpoint has a holder.
+	// APIServing is called when the cluster's Kubernetes API gets a
+	// kube-apiserver behind it at some address (serving) or loses the
+	// last: a control plane holding a Layer-2 VIP of the cluster's
+	// configs, or for an endpoint without a VIP a control plane running
+	// its kubelet while etcd has a majority. It follows Bootstrapped, with
+	// serving true, once the endpoint has a holder. Where it answers is
+	// told to EndpointHooks.
 	APIServing(cluster string, serving bool)
 	// NodeJoined is called when a node's kubelet registers: every time a
 	// node of a bootstrapped cluster comes up while the cluster's API is
