@@ -19,7 +19,7 @@ var controlEndpoints = map[string]string{
 	"GET /lab/v1/world":    "everything below in one answer",
 	"GET /lab/v1/vms":      "the Proxmox VMs: id, name, node, pool, power, tags, size, firewall",
 	"GET /lab/v1/nodes":    "the simulated Talos nodes: address, hostname, cluster, role, version, mode, held VIPs, talos_version, config_kubernetes_version (kubelet image tag of the config last received), kubelet_version (its Node's nodeInfo)",
-	"GET /lab/v1/clusters": "each cluster: bootstrapped, etcd members, Kubernetes version (/version), API and nodes, control_plane (per node: kube-apiserver, kube-controller-manager, kube-scheduler image tags of their mirror pods) and kube_proxy (the DaemonSet's image tag)",
+	"GET /lab/v1/clusters": "each cluster: bootstrapped, etcd members, Kubernetes version (/version), API (kubernetes_api; kubernetes_api_addresses: every address it answers at now) and nodes, control_plane (per node: kube-apiserver, kube-controller-manager, kube-scheduler image tags of their mirror pods) and kube_proxy (the DaemonSet's image tag)",
 	"GET /lab/v1/log":      "the ordered operation log of every emulator",
 	"POST /lab/v1/faults":  "inject a fault: JSON {kind, op, n, status, warnings, millis, addr, cluster}",
 }
@@ -105,12 +105,19 @@ type NodeView struct {
 
 // ClusterView is one cluster's etcd and Kubernetes state.
 type ClusterView struct {
-	Name         string         `json:"name"`
-	Bootstrapped bool           `json:"bootstrapped"`
-	EtcdMembers  []string       `json:"etcd_members"`
-	Kubernetes   string         `json:"kubernetes_version,omitempty"`
-	KubeAPI      string         `json:"kubernetes_api,omitempty"`
-	KubeNodes    []KubeNodeView `json:"kubernetes_nodes"`
+	Name         string   `json:"name"`
+	Bootstrapped bool     `json:"bootstrapped"`
+	EtcdMembers  []string `json:"etcd_members"`
+	Kubernetes   string   `json:"kubernetes_version,omitempty"`
+	// KubeAPI is the address of the cluster's Kubernetes API: where it
+	// answers, the endpoint most of its control planes' configs name first
+	// (the last one it answered at while it answers nowhere).
+	KubeAPI string `json:"kubernetes_api,omitempty"`
+	// KubeAPIs are all the addresses it answers at now (each VIP a control
+	// plane holds), KubeAPI first; more than one while a change of VIP
+	// rolls through the control planes.
+	KubeAPIs  []string       `json:"kubernetes_api_addresses,omitempty"`
+	KubeNodes []KubeNodeView `json:"kubernetes_nodes"`
 	// ControlPlane is, per control-plane node, the version (image tag) of
 	// each control-plane component's mirror pod.
 	ControlPlane []ControlPlaneView `json:"control_plane,omitempty"`
@@ -170,6 +177,9 @@ func (l *Lab) World() WorldView {
 		}
 		if k, ok := l.Kube(c.Name); ok {
 			cv.Kubernetes, cv.KubeAPI = k.Version(), k.URL()
+			for _, a := range k.Addrs() {
+				cv.KubeAPIs = append(cv.KubeAPIs, "https://"+a.String())
+			}
 			for _, n := range k.Nodes() {
 				ready := false
 				for _, cond := range n.Status.Conditions {

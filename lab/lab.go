@@ -539,17 +539,12 @@ func (h *talosHooks) Bootstrapped(c talos.Cluster) {
 	l.event("bootstrapped", c.Name, "Kubernetes "+c.KubernetesVersion+" API at "+addr.String())
 }
 
-// APIServing opens and closes the cluster's Kubernetes API endpoint as a
-// kube-apiserver comes to be and stops being behind it.
+// APIServing tells when a kube-apiserver comes to be and stops being behind
+// the cluster's Kubernetes API; where it listens is APIEndpoints'.
 func (h *talosHooks) APIServing(cluster string, serving bool) {
 	l := (*Lab)(h)
 	k, ok := l.Kube(cluster)
 	if !ok {
-		return
-	}
-	if err := k.SetServing(serving); err != nil {
-		l.event("kube-failed", cluster, err.Error())
-		l.fatal(&ListenError{Addr: k.Addr(), What: "the Kubernetes API of cluster " + cluster, Err: err})
 		return
 	}
 	if serving {
@@ -558,6 +553,39 @@ func (h *talosHooks) APIServing(cluster string, serving bool) {
 	} else {
 		l.event("kube-api-down", cluster, k.Addr().String()+": no control plane holds the endpoint")
 	}
+}
+
+// APIEndpoints (talos.EndpointHooks) makes the cluster's Kubernetes API
+// answer at exactly the addresses where a kube-apiserver is behind it, each
+// with the serving certificate that kube-apiserver presents.
+func (h *talosHooks) APIEndpoints(cluster string, eps []talos.APIEndpoint) {
+	l := (*Lab)(h)
+	k, ok := l.Kube(cluster)
+	if !ok {
+		return
+	}
+	kes := make([]kube.Endpoint, 0, len(eps))
+	addrs := make([]string, 0, len(eps))
+	for _, ep := range eps {
+		kes = append(kes, kube.Endpoint{Addr: ep.Addr, Hosts: ep.SANs})
+		addrs = append(addrs, ep.Addr.String())
+	}
+	if err := k.SetEndpoints(kes); err != nil {
+		failed := k.Addr()
+		for _, ep := range eps {
+			if !slices.Contains(k.Addrs(), ep.Addr) {
+				failed = ep.Addr
+				break
+			}
+		}
+		l.event("kube-failed", cluster, err.Error())
+		l.fatal(&ListenError{Addr: failed, What: "the Kubernetes API of cluster " + cluster, Err: err})
+		return
+	}
+	if len(addrs) == 0 {
+		addrs = append(addrs, "none")
+	}
+	l.event("kube-endpoints", cluster, strings.Join(addrs, " "))
 }
 
 func (h *talosHooks) NodeJoined(cluster string, n talos.Node) {

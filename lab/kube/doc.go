@@ -77,7 +77,10 @@
 // first); a DaemonSet pod is recreated on its own node (likewise). Deleting
 // a node deletes its pods. [Server.SetServing] stops and resumes serving
 // (connections refused meanwhile), for an API endpoint with no
-// kube-apiserver behind it.
+// kube-apiserver behind it; [Server.SetEndpoints] sets every address it
+// answers at, each with a serving certificate for its own names and
+// addresses, as kube-apiservers bound to all addresses answer at each VIP
+// their machines hold.
 //
 // Unlike a real control plane, where controllers catch up within a moment,
 // the simulated controllers act before the request that triggered them is

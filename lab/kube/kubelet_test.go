@@ -3,6 +3,9 @@ package kube_test
 import (
 	"errors"
 	"net"
+	"net/netip"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/taloscluster/taloscluster/lab/kube"
 )
@@ -204,5 +208,69 @@ func TestSetServing(t *testing.T) {
 	}
 	if _, err := c.CoreV1().Nodes().Get(ctx, "w-1", metav1.GetOptions{}); err != nil {
 		t.Errorf("get after serving again: %v", err)
+	}
+}
+
+// TestSetEndpoints: the server answers at exactly the endpoints given, each
+// with a certificate for its own hosts; dropping one refuses connections
+// there and leaves the others serving.
+func TestSetEndpoints(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startEmulator(t, kube.Options{})
+	first, second := testAddr(), testAddr()
+	if err := s.SetEndpoints([]kube.Endpoint{
+		{Addr: first, Hosts: []string{first.Addr().String()}},
+		{Addr: second, Hosts: []string{second.Addr().String(), "localhost"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Addrs(); !slices.Equal(got, []netip.AddrPort{first, second}) || s.Addr() != first {
+		t.Fatalf("addresses %v, primary %s", got, s.Addr())
+	}
+	version := func(at netip.AddrPort) error {
+		cfg, err := s.AdminConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Host = "https://" + at.String()
+		// A dialer of its own keeps client-go from sharing a cached
+		// transport, so every call makes a new TLS handshake.
+		cfg.Dial = (&net.Dialer{}).DialContext
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cs.Discovery().ServerVersion()
+		return err
+	}
+	for _, at := range []netip.AddrPort{first, second} {
+		if err := version(at); err != nil {
+			t.Errorf("/version at %s: %v", at, err)
+		}
+	}
+	if err := s.SetEndpoints([]kube.Endpoint{{Addr: second, Hosts: []string{second.Addr().String()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := net.DialTimeout("tcp", first.String(), time.Second); err == nil {
+		conn.Close()
+		t.Error("a dropped endpoint accepted a connection")
+	} else if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dialing a dropped endpoint: %v, want connection refused", err)
+	}
+	if err := version(second); err != nil || s.Addr() != second {
+		t.Errorf("/version at %s after dropping %s: %v (primary %s)", second, first, err, s.Addr())
+	}
+	// A certificate that does not name the address fails verification.
+	if err := s.SetEndpoints([]kube.Endpoint{{Addr: second, Hosts: []string{"localhost"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := version(second); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("/version with a certificate for other hosts: %v", err)
+	}
+	if err := s.SetEndpoints(nil); err != nil {
+		t.Fatal(err)
+	}
+	if s.Serving() || s.Addr() != second {
+		t.Errorf("serving %v at %s with no endpoints", s.Serving(), s.Addr())
 	}
 }

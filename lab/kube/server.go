@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,9 +69,12 @@ type Server struct {
 
 	mu      sync.Mutex
 	version string
-	addr    netip.AddrPort // the bound address once started
+	addr    netip.AddrPort // the primary address: Options.Addr as bound, then the first of SetEndpoints
 	srv     *http.Server
-	ln      net.Listener // nil while not serving (SetServing)
+	lns     map[netip.AddrPort]net.Listener // the addresses served now (SetServing, SetEndpoints)
+	def     *tls.Certificate                // the certificate for Options.Addr and Options.SANs
+	certs   map[netip.AddrPort]*tls.Certificate
+	issued  map[string]*tls.Certificate // by the host list it was issued for
 	conns   map[net.Conn]struct{}
 	closed  chan struct{}
 	st      *state
@@ -112,7 +117,15 @@ func New(opts Options) (*Server, error) {
 		timers:  map[string]*time.Timer{},
 		lost:    map[string]*time.Timer{},
 		conns:   map[net.Conn]struct{}{},
+		lns:     map[netip.AddrPort]net.Listener{},
+		certs:   map[netip.AddrPort]*tls.Certificate{},
+		issued:  map[string]*tls.Certificate{},
 	}
+	s.def = &cfg.Certificates[0]
+	// A client dialling an IP address sends no server name, so the
+	// certificate is chosen by the address the connection came in on.
+	cfg.Certificates = nil
+	cfg.GetCertificate = s.certificateFor
 	s.st = newState()
 	return s, nil
 }
@@ -138,7 +151,7 @@ func (s *Server) Start(ctx context.Context) error {
 		ConnContext: connabort.ConnContext,
 		ConnState:   s.trackConn,
 	}
-	if err := s.listen(ctx); err != nil {
+	if err := s.listen(ctx, s.addr); err != nil {
 		s.srv = nil
 		return err
 	}
@@ -146,21 +159,68 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// listen binds the listener and serves on it. s.mu is held.
-func (s *Server) listen(ctx context.Context) error {
+// listen binds a listener on addr and serves on it; when addr is the
+// primary address with port 0, the primary address takes the port picked.
+// s.mu is held.
+func (s *Server) listen(ctx context.Context, addr netip.AddrPort) error {
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", s.addr.String())
+	ln, err := lc.Listen(ctx, "tcp", addr.String())
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", s.addr, err)
+		return fmt.Errorf("listening on %s: %w", addr, err)
 	}
+	bound := addr
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok {
-		s.addr = tcp.AddrPort()
-		s.addr = netip.AddrPortFrom(s.addr.Addr().Unmap(), s.addr.Port())
+		bound = netip.AddrPortFrom(tcp.AddrPort().Addr().Unmap(), tcp.AddrPort().Port())
 	}
-	s.ln = ln
+	if addr == s.addr {
+		s.addr = bound
+	}
+	s.lns[bound] = ln
 	srv := s.srv
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	return nil
+}
+
+// unlisten closes the listener on addr and resets the connections that
+// came in on it. s.mu is held.
+func (s *Server) unlisten(addr netip.AddrPort) {
+	ln, ok := s.lns[addr]
+	if !ok {
+		return
+	}
+	_ = ln.Close()
+	delete(s.lns, addr)
+	delete(s.certs, addr)
+	for c := range s.conns {
+		if localAddrPort(c) == addr {
+			_ = connabort.Reset(c)
+			delete(s.conns, c)
+		}
+	}
+}
+
+// localAddrPort is the address a connection came in on.
+func localAddrPort(c net.Conn) netip.AddrPort {
+	tcp, ok := c.LocalAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.AddrPort{}
+	}
+	a := tcp.AddrPort()
+	return netip.AddrPortFrom(a.Addr().Unmap(), a.Port())
+}
+
+// certificateFor picks the serving certificate of the address a TLS
+// connection came in on: the one SetEndpoints issued for it, else the
+// certificate for Options.Addr and Options.SANs.
+func (s *Server) certificateFor(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hello.Conn != nil {
+		if c, ok := s.certs[localAddrPort(hello.Conn)]; ok {
+			return c, nil
+		}
+	}
+	return s.def, nil
 }
 
 // trackConn keeps the open connections, for SetServing.
@@ -188,26 +248,106 @@ func (s *Server) SetServing(serving bool) error {
 	if s.srv == nil || s.closing {
 		return errors.New("the Kubernetes API emulator is not running")
 	}
-	if serving == (s.ln != nil) {
+	if serving == (len(s.lns) > 0) {
 		return nil
 	}
 	if serving {
-		return s.listen(context.Background())
+		return s.listen(context.Background(), s.addr)
 	}
-	_ = s.ln.Close()
-	s.ln = nil
-	for c := range s.conns {
-		_ = connabort.Reset(c)
-		delete(s.conns, c)
+	for addr := range s.lns {
+		s.unlisten(addr)
 	}
 	return nil
 }
 
-// Serving reports whether the server accepts connections now.
+// Endpoint is one address the API answers at, with the names and
+// addresses of the serving certificate presented there.
+type Endpoint struct {
+	Addr netip.AddrPort
+	// Hosts are the certificate's DNS names and IP addresses; empty means
+	// the certificate for Options.Addr and Options.SANs.
+	Hosts []string
+}
+
+// SetEndpoints makes the server answer at exactly the given addresses, as
+// a kube-apiserver bound to every address answers at each address its
+// machine holds: it listens on the new ones, closes the others (resetting
+// their connections, as SetServing(false) does) and presents at each one
+// the certificate for its Hosts, issued once per host list from the
+// cluster's CA. The first endpoint becomes the primary address (Addr,
+// URL, ClientConfig); with none the server answers nowhere and keeps its
+// primary address. On a listen error the addresses bound so far stay.
+func (s *Server) SetEndpoints(eps []Endpoint) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil || s.closing {
+		return errors.New("the Kubernetes API emulator is not running")
+	}
+	want := map[netip.AddrPort]bool{}
+	for _, ep := range eps {
+		want[ep.Addr] = true
+	}
+	for addr := range s.lns {
+		if !want[addr] {
+			s.unlisten(addr)
+		}
+	}
+	for _, ep := range eps {
+		cert := s.def
+		if len(ep.Hosts) > 0 {
+			key := strings.Join(ep.Hosts, ",")
+			if cert = s.issued[key]; cert == nil {
+				pem, keyPEM, err := ServingCert(s.opts.CACert, s.opts.CAKey, ep.Hosts...)
+				if err != nil {
+					return fmt.Errorf("issuing the serving certificate for %s: %w", ep.Addr, err)
+				}
+				pair, err := tls.X509KeyPair(pem, keyPEM)
+				if err != nil {
+					return fmt.Errorf("loading the serving certificate for %s: %w", ep.Addr, err)
+				}
+				cert = &pair
+				s.issued[key] = cert
+			}
+		}
+		s.certs[ep.Addr] = cert
+		if _, ok := s.lns[ep.Addr]; ok {
+			continue
+		}
+		if err := s.listen(context.Background(), ep.Addr); err != nil {
+			delete(s.certs, ep.Addr)
+			return err
+		}
+	}
+	if len(eps) > 0 {
+		s.addr = eps[0].Addr
+	}
+	return nil
+}
+
+// Serving reports whether the server accepts connections now, at any
+// address.
 func (s *Server) Serving() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ln != nil && !s.closing
+	return len(s.lns) > 0 && !s.closing
+}
+
+// Addrs returns the addresses the server answers at now, the primary one
+// first.
+func (s *Server) Addrs() []netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var others []netip.AddrPort
+	for addr := range s.lns {
+		if addr != s.addr {
+			others = append(others, addr)
+		}
+	}
+	slices.SortFunc(others, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	if _, ok := s.lns[s.addr]; ok {
+		return append([]netip.AddrPort{s.addr}, others...)
+	}
+	return others
 }
 
 // Close stops the server: it closes the listener and every connection (so

@@ -51,11 +51,17 @@ type cluster struct {
 	// first holds the IP.
 	vips map[netip.Addr][]*node
 
-	// info is what the bootstrap node's config said of the cluster.
+	// info is what the bootstrap node's config said of the cluster; the
+	// configs running now say where its API answers (apiEndpoints).
 	info Cluster
 	// apiServing: the Kubernetes API endpoint has a kube-apiserver behind
 	// it (see Hooks.APIServing).
 	apiServing bool
+	// endpoints are the addresses the Kubernetes API answers at now;
+	// endpointsTold is whether EndpointHooks heard of them since the
+	// bootstrap.
+	endpoints     []APIEndpoint
+	endpointsTold bool
 
 	// history is every change of the membership and of the members' etcd
 	// running; startedSeen is whether each member ran at the last entry.
@@ -696,30 +702,37 @@ func (w *World) electVIPs(c *cluster) {
 		}
 	}
 
-	w.updateAPI(c)
-}
-
-// updateAPI settles whether c's Kubernetes API endpoint is served: while
-// the control plane holding its VIP runs (the holder campaigns only with
-// its etcd healthy and its kubelet up, where kube-apiserver runs as a
-// static pod); for an endpoint that is no VIP, while a control plane of
-// that address (or, for any other address, any control plane) runs its
-// kubelet and etcd has a majority. A change is told to Hooks.
-func (w *World) updateAPI(c *cluster) {
-	serving := false
-
-	if addr, ok := c.info.APIAddr(); ok && c.bootstrapped {
-		if q := c.vips[addr.Addr()]; len(q) > 0 {
-			serving = true
-		} else if !w.isVIP(c, addr.Addr()) && w.quorum(c) {
-			for _, n := range w.nodesOf(c) {
-				if n.controlPlane() && n.runningReady() && !n.kubeletStopped && (!w.isNodeAddr(c, addr.Addr()) || n.addr == addr.Addr()) {
-					serving = true
-				}
-			}
+	// The holder's link carries the VIP: it joins the addresses the node
+	// had in this boot.
+	for vip, q := range c.vips {
+		if h := q[0]; !slices.Contains(h.vipsThisBoot, vip) {
+			h.vipsThisBoot = append(h.vipsThisBoot, vip)
 		}
 	}
 
+	w.updateAPI(c)
+}
+
+// updateAPI settles where c's Kubernetes API answers (apiEndpoints) and
+// whether it answers at all; a change of either is told to Hooks, the
+// addresses first.
+func (w *World) updateAPI(c *cluster) {
+	eps := w.apiEndpoints(c)
+
+	if c.bootstrapped && (!c.endpointsTold || !slices.EqualFunc(eps, c.endpoints, sameEndpoint)) {
+		c.endpointsTold = true
+		c.endpoints = eps
+		name, told := c.name, slices.Clone(eps)
+
+		w.log.Info("kubernetes api endpoints", "cluster", name, "endpoints", told)
+		w.hooks.push(func(h Hooks) {
+			if eh, ok := h.(EndpointHooks); ok {
+				eh.APIEndpoints(name, told)
+			}
+		})
+	}
+
+	serving := len(eps) > 0
 	if serving == c.apiServing {
 		return
 	}
@@ -729,6 +742,165 @@ func (w *World) updateAPI(c *cluster) {
 
 	w.log.Info("kubernetes api", "cluster", name, "serving", serving)
 	w.hooks.push(func(h Hooks) { h.APIServing(name, serving) })
+}
+
+// apiEndpoints are the addresses c's Kubernetes API answers at now. Talos
+// runs kube-apiserver bound to every address of its machine
+// (--bind-address 0.0.0.0, --secure-port from
+// .cluster.controlPlane.localAPIServerPort), so it answers at each shared
+// IP its machine holds: every VIP some control plane of c holds, whatever
+// config named it, is served by its holder. An endpoint of a node's config
+// that is no VIP is served while a control plane of that address (or, for
+// any other address, any control plane) runs its kubelet and etcd has a
+// majority. The endpoint the configs of most control planes of c name
+// comes first (it is what their Kubeconfig serves), then by address.
+func (w *World) apiEndpoints(c *cluster) []APIEndpoint {
+	if !c.bootstrapped {
+		return nil
+	}
+
+	var eps []APIEndpoint
+
+	for vip, q := range c.vips {
+		if len(q) == 0 {
+			continue
+		}
+
+		h := q[0]
+		eps = append(eps, APIEndpoint{Addr: netip.AddrPortFrom(vip, apiServerPort(h)), Node: h.addr, SANs: w.apiServerSANs(h)})
+	}
+
+	named := map[netip.AddrPort]int{}
+
+	var configured []netip.AddrPort
+
+	for _, n := range w.nodesOf(c) {
+		if !n.controlPlane() {
+			continue
+		}
+
+		if addr, ok := endpointOf(n.cfg); ok {
+			if named[addr] == 0 {
+				configured = append(configured, addr)
+			}
+
+			named[addr]++
+		}
+	}
+
+	if addr, ok := c.info.APIAddr(); ok && named[addr] == 0 {
+		configured = append(configured, addr)
+	}
+
+	if w.quorum(c) {
+		for _, addr := range configured {
+			if w.isVIP(c, addr.Addr()) || slices.ContainsFunc(eps, func(e APIEndpoint) bool { return e.Addr == addr }) {
+				continue
+			}
+
+			for _, n := range w.nodesOf(c) {
+				if n.controlPlane() && n.runningReady() && !n.kubeletStopped && (!w.isNodeAddr(c, addr.Addr()) || n.addr == addr.Addr()) {
+					eps = append(eps, APIEndpoint{Addr: addr, Node: n.addr, SANs: w.apiServerSANs(n)})
+
+					break
+				}
+			}
+		}
+	}
+
+	slices.SortFunc(eps, func(a, b APIEndpoint) int {
+		if d := named[b.Addr] - named[a.Addr]; d != 0 {
+			return d
+		}
+
+		return a.Addr.Compare(b.Addr)
+	})
+
+	return eps
+}
+
+func sameEndpoint(a, b APIEndpoint) bool {
+	return a.Addr == b.Addr && a.Node == b.Node && slices.Equal(a.SANs, b.SANs)
+}
+
+// endpointOf is the address a config's cluster endpoint names, as
+// Cluster.APIAddr reads it.
+func endpointOf(cfg config.Provider) (netip.AddrPort, bool) {
+	if cfg == nil || cfg.Cluster() == nil {
+		return netip.AddrPort{}, false
+	}
+
+	info := Cluster{Endpoint: cfg.Cluster().Endpoint()}
+	if vips := cfg.NetworkVirtualIPConfigs(); len(vips) > 0 {
+		info.VIP = vips[0].VIP()
+	}
+
+	return info.APIAddr()
+}
+
+// apiServerPort is the port kube-apiserver listens on: its --secure-port,
+// .cluster.controlPlane.localAPIServerPort (6443 by default).
+func apiServerPort(n *node) uint16 {
+	if p := n.cfg.Cluster().LocalAPIServerPort(); p > 0 && p < 1<<16 {
+		return uint16(p)
+	}
+
+	return 6443
+}
+
+// apiServerSANs are the names and addresses of the serving certificate of
+// n's kube-apiserver, as Talos's KubernetesCertSANsController lists them
+// from the node's config and state (the certificate is issued again when
+// they change, and kube-apiserver reloads it): the cluster endpoint's
+// host, .cluster.apiServer.certSANs, the in-cluster names of the
+// kubernetes service, localhost, the hostname, the service's first IPs,
+// every address the node had in this boot (its own and each VIP it held)
+// and 127.0.0.1; sorted.
+func (w *World) apiServerSANs(n *node) []string {
+	cc := n.cfg.Cluster()
+
+	var out []string
+
+	add := func(names ...string) {
+		for _, name := range names {
+			if name != "" && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+
+	if ep := cc.Endpoint(); ep != nil {
+		add(ep.Hostname())
+	}
+
+	add(cc.CertSANs()...)
+
+	domain := "cluster.local"
+	if cc.Network() != nil && cc.Network().DNSDomain() != "" {
+		domain = cc.Network().DNSDomain()
+	}
+
+	add("kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc."+domain, "localhost")
+	add(n.hostname())
+
+	if cc.Network() != nil {
+		if ips, err := cc.Network().APIServerIPs(); err == nil {
+			for _, ip := range ips {
+				add(ip.String())
+			}
+		}
+	}
+
+	add(n.addr.String())
+
+	for _, vip := range n.vipsThisBoot {
+		add(vip.String())
+	}
+
+	add("127.0.0.1")
+	slices.Sort(out)
+
+	return out
 }
 
 // isVIP reports whether addr is a shared IP of a node of c.

@@ -249,6 +249,7 @@ func (machineServer) Bootstrap(ctx context.Context, _ *machine.BootstrapRequest)
 
 	cl.bootstrapped = true
 	cl.info = info
+	cl.endpointsTold = false
 	w.addMember(cl, n)
 	w.elect(cl)
 

@@ -64,7 +64,10 @@ type node struct {
 	kubeletRestarts   int
 	kubeletRestarting bool
 	bootID            string // /proc/sys/kernel/random/boot_id of this boot
-	upgrading         bool   // a LifecycleService install or upgrade runs
+	// vipsThisBoot are the shared IPs the node held in this boot: Talos's
+	// accumulative node addresses, which its API server certificate names.
+	vipsThisBoot []netip.Addr
+	upgrading    bool // a LifecycleService install or upgrade runs
 	// memImages is the store of the system containerd, whose root is on
 	// a tmpfs: it is empty at every boot.
 	memImages      map[containerdStore]map[string]storedImage
@@ -346,6 +349,7 @@ func (w *World) bringUp(n *node) {
 	n.boots++
 	// The kernel draws a new random boot ID at every boot.
 	n.bootID = uuid.NewString()
+	n.vipsThisBoot = nil
 
 	w.log.Info("node up", "node", n.addr, "mode", n.mode, "version", n.version())
 

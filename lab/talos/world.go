@@ -225,12 +225,13 @@ type Hooks interface {
 	// Bootstrapped is called once per cluster, when its etcd is
 	// bootstrapped and its Kubernetes API comes up.
 	Bootstrapped(c Cluster)
-	// APIServing is called when the cluster's Kubernetes API endpoint
-	// (Cluster.APIAddr) gets a kube-apiserver behind it (serving) or loses
-	// it: the control plane holding its Layer-2 VIP, or for an endpoint
-	// without a VIP a control plane running its kubelet while etcd has a
-	// majority. It follows Bootstrapped, with serving true, once the
-	// endpoint has a holder.
+	// APIServing is called when the cluster's Kubernetes API gets a
+	// kube-apiserver behind it at some address (serving) or loses the
+	// last: a control plane holding a Layer-2 VIP of the cluster's
+	// configs, or for an endpoint without a VIP a control plane running
+	// its kubelet while etcd has a majority. It follows Bootstrapped, with
+	// serving true, once the endpoint has a holder. Where it answers is
+	// told to EndpointHooks.
 	APIServing(cluster string, serving bool)
 	// NodeJoined is called when a node's kubelet registers: every time a
 	// node of a bootstrapped cluster comes up while the cluster's API is
@@ -267,6 +268,28 @@ type Hooks interface {
 	// waited for until it is gone. Errors are Talos's to log; ctx bounds
 	// the drain.
 	Drain(ctx context.Context, cluster, hostname string, retry time.Duration) error
+}
+
+// EndpointHooks, when Hooks also implements it, is told every address the
+// cluster's Kubernetes API answers at, after Bootstrapped and whenever they
+// change: each Layer-2 VIP a control plane holds (one whose config no
+// longer names it too, until no node holds it), or an endpoint that is no
+// VIP while it is served (see Hooks.APIServing); none while nothing serves
+// it. It is told before the APIServing call a change brings.
+type EndpointHooks interface {
+	APIEndpoints(cluster string, eps []APIEndpoint)
+}
+
+// APIEndpoint is one address the cluster's Kubernetes API answers at.
+type APIEndpoint struct {
+	// Addr is the address and kube-apiserver's port.
+	Addr netip.AddrPort
+	// Node is the control plane whose kube-apiserver answers there.
+	Node netip.Addr
+	// SANs are the DNS names and IP addresses of that kube-apiserver's
+	// serving certificate, as Talos generates it from the node's config
+	// and addresses, sorted.
+	SANs []string
 }
 
 // StaticPodHooks, when Hooks also implements it, is told the control-plane
@@ -934,6 +957,24 @@ func (w *World) APIServerVersion(cluster string) string {
 	}
 
 	return ""
+}
+
+// APIEndpoints returns the addresses the named cluster's Kubernetes API
+// answers at now, the one the configs of most of its control planes name
+// first (see
+// EndpointHooks); nil when it answers nowhere.
+func (w *World) APIEndpoints(cluster string) []APIEndpoint {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	c := w.findCluster(cluster)
+	if c == nil {
+		return nil
+	}
+
+	w.electVIPs(c)
+
+	return slices.Clone(c.endpoints)
 }
 
 // APIServing reports whether the named cluster's Kubernetes API endpoint
