@@ -500,7 +500,8 @@ func TestLogNamesRolloutCalls(t *testing.T) {
 	// The legacy upgrade (MachineService.Upgrade) back to the first image
 	// reboots by itself.
 	cycle("a legacy upgrade", "Upgrade", func() error {
-		_, err := tc.UpgradeWithOptions(nctx, client.WithUpgradeImage(before.Image)) //nolint:staticcheck // the lab emulates the legacy upgrade too
+		//lint:ignore SA1019 the lab emulates the legacy upgrade too
+		_, err := tc.UpgradeWithOptions(nctx, client.WithUpgradeImage(before.Image))
 
 		return err
 	})

@@ -335,7 +335,8 @@ func TestNeverRebootRestarts(t *testing.T) {
 
 	const image = "ghcr.io/siderolabs/installer:v1.13.9"
 
-	if _, err := c.UpgradeWithOptions(ctx, client.WithUpgradeImage(image)); err != nil { //nolint:staticcheck // the legacy upgrade is emulated too
+	//lint:ignore SA1019 the legacy upgrade is emulated too
+	if _, err := c.UpgradeWithOptions(ctx, client.WithUpgradeImage(image)); err != nil {
 		t.Fatal(err)
 	}
 

@@ -49,9 +49,6 @@ func RestartPaths(running, desired []byte) ([]string, error) {
 	if a.ConfigVersion != b.ConfigVersion {
 		out = append(out, ".version")
 	}
-	if !reflect.DeepEqual(a.ConfigPersist, b.ConfigPersist) {
-		out = append(out, ".persist")
-	}
 	switch {
 	case a.MachineConfig == nil && b.MachineConfig == nil:
 	case a.MachineConfig == nil || b.MachineConfig == nil:

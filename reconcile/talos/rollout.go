@@ -150,7 +150,8 @@ func (c *Client) Install(ctx context.Context, node, image string) (legacy bool, 
 
 // legacyUpgrade upgrades a node with MachineService.Upgrade.
 func (c *Client) legacyUpgrade(ctx context.Context, node, image string) error {
-	if _, err := c.c.UpgradeWithOptions(ctx, client.WithUpgradeImage(image)); err != nil { //nolint:staticcheck // the fallback for nodes without the lifecycle service
+	//lint:ignore SA1019 the fallback for nodes without the lifecycle service, as talosctl has
+	if _, err := c.c.UpgradeWithOptions(ctx, client.WithUpgradeImage(image)); err != nil {
 		return fmt.Errorf("upgrading %s to %s: %w", node, image, err)
 	}
 	return nil
