@@ -103,8 +103,8 @@ type Engine struct {
 	Now func() time.Time
 	// Remediated, when set, is told of each remediation converge starts
 	// (its node was found still NotReady just before): the cluster's
-	// name, the worker pool and the machine's hostname. A remediation is
-	// also logged as the event "remediation".
+	// name, the worker pool and the machine's hostname (the agent counts
+	// it and logs the event "remediation").
 	Remediated func(cluster, pool, hostname string)
 	// WaitLock makes Converge and Destroy wait, bounded by their context,
 	// for a mutation lock another run holds, instead of failing at once

@@ -261,8 +261,7 @@ func shortDuration(d time.Duration) string {
 
 // remediate checks, just before a remediation's first change, that its
 // node is still NotReady and has been for at least remediation.after; then
-// it reports the remediation (Engine.Remediated and the log event
-// "remediation"). A node that is Ready again, gone, or NotReady for less
+// it reports the remediation (the progress line and Engine.Remediated). A node that is Ready again, gone, or NotReady for less
 // than that since (it recovered and failed again) stops the run with
 // ErrPrecondition: the next plan decides afresh.
 func (r *run) remediate(ctx context.Context, op remediate) error {
@@ -285,9 +284,6 @@ func (r *run) remediate(ctx context.Context, op remediate) error {
 		return fmt.Errorf("%w: node %s has been NotReady for only %s now (after: %s); it is not replaced yet", ErrPrecondition, op.hostname, shortDuration(down), shortDuration(op.after))
 	}
 	e.say(plan.PhaseScaleDown, "remediation: replacing %s of pool %s, NotReady for %s", op.hostname, op.pool, shortDuration(down))
-	if e.Log != nil {
-		e.Log.Info("remediation", "cluster", e.Cluster.Name, "pool", op.pool, "node", op.hostname, "not_ready_for", shortDuration(down))
-	}
 	if e.Remediated != nil {
 		e.Remediated(e.Cluster.Name, op.pool, op.hostname)
 	}
