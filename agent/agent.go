@@ -85,6 +85,12 @@ type ConvergeHooks struct {
 	// called from several goroutines at once: the steps of a worker batch
 	// run in parallel.
 	Step func(reconcile.StepEvent)
+	// Loaded, when set, is told the cluster.yaml the converge runs, once
+	// it is read.
+	Loaded func(*spec.Cluster)
+	// Remediated, when set, is told of each remediation the converge
+	// begins: the worker pool and the machine's hostname.
+	Remediated func(pool, hostname string)
 }
 
 // Progress is the state the agent keeps between runs: the last commit

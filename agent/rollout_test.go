@@ -3,6 +3,7 @@ package agent_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/taloscluster/taloscluster/agent"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
 // rolloutStep is one step of a fake rollout.
@@ -244,5 +246,39 @@ func TestRolloutBoardTakesParallelSteps(t *testing.T) {
 	comments := w.forge.commentsOn(1)
 	if len(comments) != 1 || !strings.Contains(comments[0], fmt.Sprintf("<details><summary>Steps per node: %d nodes, %d steps</summary>", nodes, nodes*steps)) {
 		t.Errorf("the converge comment does not fold the steps of %d nodes: %q", nodes, comments)
+	}
+}
+
+// TestRemediationsAreReported: a remediation the converge begins is
+// counted in taloscluster_remediations_total{cluster,pool} and shown on
+// the status page, with the cluster's remediation settings.
+func TestRemediationsAreReported(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, nil)
+	w.openPR(1, "h1", "w1")
+	w.runner.steps = func(h agent.ConvergeHooks) error {
+		h.Loaded(&spec.Cluster{Remediation: &spec.Remediation{After: 90 * time.Minute, MaxUnhealthy: spec.MaxUnhealthy{Percent: 40}, Pools: []string{"worker"}}})
+		h.Remediated("worker", "a-worker-02")
+		return nil
+	}
+	w.land(1, "m1", "w1")
+	if err := w.agent.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w.agent.Wait()
+	cl := w.agent.Status().Clusters[0]
+	want := fmt.Sprintf(`taloscluster_remediations_total{cluster=%q,pool="worker"} 1`, cl.Path)
+	if !w.metric(want) {
+		t.Errorf("metrics lack %s:\n%s", want, w.get("/metrics"))
+	}
+	rs := cl.Remediation
+	if rs == nil || !rs.On || rs.After != "1h30m" || rs.MaxUnhealthy != "40%" || !slices.Equal(rs.Pools, []string{"worker"}) {
+		t.Fatalf("remediation on the board: %+v", rs)
+	}
+	if len(rs.Events) != 1 || rs.Events[0].Node != "a-worker-02" || rs.Events[0].Pool != "worker" || rs.Events[0].Commit != "m1" {
+		t.Errorf("remediation events %+v", rs.Events)
+	}
+	if page := w.get("/"); !strings.Contains(page, "<code>a-worker-02</code> of pool <code>worker</code> replaced") {
+		t.Errorf("the status page does not show the remediation:\n%s", page)
 	}
 }

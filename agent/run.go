@@ -15,6 +15,7 @@ import (
 	"github.com/taloscluster/taloscluster/agent/httpapi"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/report"
 	gh "github.com/taloscluster/taloscluster/report/github"
 	"github.com/taloscluster/taloscluster/report/metrics"
@@ -103,7 +104,59 @@ func (r *run) converge(ctx context.Context) error {
 	}
 	return a.withFiles(j.Commit, j.Cluster, func(files fs.FS) error {
 		return a.runner.Converge(ctx, j.Cluster, j.Commit, files, ConvergeHooks{
-			Log: a.progressLog(j.Cluster, r.keep), Approve: r.rv.approve, Step: r.observe})
+			Log: a.progressLog(j.Cluster, r.keep), Approve: r.rv.approve, Step: r.observe,
+			Loaded: r.loaded, Remediated: r.remediated})
+	})
+}
+
+// maxRemediationEvents bounds the remediations the status page keeps of
+// a cluster.
+const maxRemediationEvents = 20
+
+// loaded shows the cluster's remediation settings on the status page.
+func (r *run) loaded(c *spec.Cluster) {
+	rs := &httpapi.RemediationStatus{}
+	if c.Remediation != nil {
+		rs = &httpapi.RemediationStatus{On: true, After: durationText(c.Remediation.After), MaxUnhealthy: c.Remediation.MaxUnhealthy.String(),
+			Pools: slices.Clone(c.Remediation.Pools)}
+	}
+	r.a.board.record(r.job.Cluster, func(s *httpapi.ClusterStatus) {
+		if s.Remediation != nil {
+			rs.Events = s.Remediation.Events
+		}
+		s.Remediation = rs
+	})
+}
+
+// durationText writes a duration as cluster.yaml does: 10m, 1h30m, 90s
+// as 1m30s.
+func durationText(d time.Duration) string {
+	out := d.Truncate(time.Second).String()
+	if strings.HasSuffix(out, "m0s") {
+		out = strings.TrimSuffix(out, "0s")
+	}
+	if strings.HasSuffix(out, "h0m") {
+		out = strings.TrimSuffix(out, "0m")
+	}
+	return out
+}
+
+// remediated reports a remediation the converge began: the event
+// "remediation" in the log, the counter taloscluster_remediations_total,
+// and a line on the status page.
+func (r *run) remediated(pool, hostname string) {
+	a, j := r.a, r.job
+	a.log.Info("remediation", "cluster", j.Cluster, "commit", j.Commit, "pool", pool, "node", hostname)
+	if a.metrics != nil {
+		a.metrics.Remediation(j.Cluster, pool)
+	}
+	ev := httpapi.RemediationEvent{At: time.Now(), Pool: pool, Node: hostname, Commit: j.Commit}
+	a.board.record(j.Cluster, func(s *httpapi.ClusterStatus) {
+		if s.Remediation == nil {
+			s.Remediation = &httpapi.RemediationStatus{On: true}
+		}
+		s.Remediation.Events = append([]httpapi.RemediationEvent{ev}, s.Remediation.Events...)
+		s.Remediation.Events = s.Remediation.Events[:min(len(s.Remediation.Events), maxRemediationEvents)]
 	})
 }
 

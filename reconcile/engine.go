@@ -97,6 +97,15 @@ type Engine struct {
 	// memory) wait for a restart, one control plane at a time, then the
 	// workers in batches (converge --reboot).
 	Reboot bool
+	// Now is the clock an observation is stamped with (Observation.At),
+	// which tells how long a node has been NotReady; nil means time.Now.
+	// Tests move it forward instead of waiting.
+	Now func() time.Time
+	// Remediated, when set, is told of each remediation converge starts
+	// (its node was found still NotReady just before): the cluster's
+	// name, the worker pool and the machine's hostname (the agent counts
+	// it and logs the event "remediation").
+	Remediated func(cluster, pool, hostname string)
 	// WaitLock makes Converge and Destroy wait, bounded by their context,
 	// for a mutation lock another run holds, instead of failing at once
 	// with a state.LockedError.
@@ -197,6 +206,13 @@ func (e *Engine) readBudget() time.Duration {
 		return e.ReadBudget
 	}
 	return 2 * time.Minute
+}
+
+func (e *Engine) now() time.Time {
+	if e.Now != nil {
+		return e.Now()
+	}
+	return time.Now()
 }
 
 func (e *Engine) poll() time.Duration {

@@ -261,6 +261,8 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 		return r.etcdSafe(ctx, op)
 	case deleteNode:
 		return r.deleteNode(ctx, op.hostname)
+	case remediate:
+		return r.remediate(ctx, op)
 	}
 	if st.Domain != plan.DomainProvider && st.Domain != "" {
 		return fmt.Errorf("no executor for a %s step", st.Domain)

@@ -120,3 +120,17 @@ type Remover interface {
 type Restarter interface {
 	PlanRestart(hostname string, have Inventory) []plan.Change
 }
+
+// Replacer is an optional capability of an Infra: the replacement of a
+// machine that stays in cluster.yaml (a remediation), planned from what
+// it observed, without I/O. PlanReplace returns the provider's steps that
+// delete the machine (those of a removal, which the engine runs after it
+// has drained and reset the node) and the inventory as it is once they
+// ran, without the machine: the compute phase planned from that inventory
+// creates the machine anew with the same hostname, and the phases after it
+// treat it as any new machine (its addresses waited for, its first-boot
+// media removed). A machine it cannot replace gets no steps and have back.
+// Without the capability, a remediation is a warning.
+type Replacer interface {
+	PlanReplace(hostname string, have Inventory) (remove []plan.Change, after Inventory)
+}

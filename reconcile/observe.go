@@ -29,6 +29,10 @@ type Observation struct {
 	// Offline is set when nothing was asked: plan --offline plans from an
 	// observation of a cluster of which nothing exists.
 	Offline bool
+	// At is when the observation was made, by the Engine's clock; zero
+	// when nothing was asked. The planner measures how long a node has
+	// been NotReady from it, and is otherwise free of the clock.
+	At time.Time
 	// Inventory is what the provider owns for the cluster.
 	Inventory Inventory
 	// State is which of the cluster's state files exist.
@@ -146,7 +150,7 @@ func (e *Engine) Observe(ctx context.Context) (*Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	obs := &Observation{Inventory: inv, Nodes: map[string]NodeFacts{}}
+	obs := &Observation{Inventory: inv, Nodes: map[string]NodeFacts{}, At: e.now()}
 	if err := e.observeState(ctx, obs); err != nil {
 		return nil, err
 	}

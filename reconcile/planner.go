@@ -86,6 +86,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return nil, err
 	}
 	planScaleDown(p, want, obs, infra)
+	obs = planRemediation(p, want, obs, infra)
 	if err := planRollout(p, want, obs, infra); err != nil {
 		return nil, err
 	}

@@ -78,6 +78,10 @@ type removal struct {
 	facts    NodeFacts
 	asked    bool
 	resumes  []state.Entry
+	// where says what the machine is, for the reasons of its steps, and
+	// cordonWhy why it is cordoned, for the node's annotation; empty for a
+	// machine cluster.yaml no longer has.
+	where, cordonWhy string
 }
 
 // answers reports whether the machine's Talos API answers with its
@@ -312,6 +316,9 @@ func planRemoval(p *plan.Plan, r removal, stay, queued []string, remover Remover
 		p.Add(ch)
 	}
 	where := "a " + string(r.role) + " cluster.yaml no longer has"
+	if r.where != "" {
+		where = r.where
+	}
 	ready := ""
 	if r.node != nil {
 		ready = r.node.Condition
@@ -342,7 +349,7 @@ func planRemoval(p *plan.Plan, r removal, stay, queued []string, remover Remover
 				Resource:   plan.Resource{Kind: plan.KindNode, Name: name},
 				Reason:     "cordon: " + where + " takes no new pods",
 				Attributes: []plan.Attribute{{Key: "unschedulable", Value: "false -> true"}},
-				Expects:    "the node exists", Op: cordonNode{hostname: name}})
+				Expects:    "the node exists", Op: cordonNode{hostname: name, why: r.cordonWhy}})
 		}
 		reason := "evict its pods through the eviction API, honouring PodDisruptionBudgets; a budget that still blocks after the drain timeout stops the run as waiting"
 		if !r.node.Ready {

@@ -110,6 +110,28 @@ type ReportsStatus struct {
 }
 
 // ClusterStatus is one cluster's line on the status page.
+// RemediationStatus is a cluster's remediation section and the
+// remediations converges began, for the status page.
+type RemediationStatus struct {
+	// On is set when cluster.yaml has a remediation section; the other
+	// settings are then as cluster.yaml (or its defaults) gives them:
+	// After as "10m", MaxUnhealthy as "40%" or "2", Pools the covered
+	// worker pools (empty: every worker pool).
+	On           bool
+	After        string
+	MaxUnhealthy string
+	Pools        []string
+	// Events are the latest remediations, newest first.
+	Events []RemediationEvent
+}
+
+// RemediationEvent is one remediation a converge began.
+type RemediationEvent struct {
+	At         time.Time
+	Pool, Node string
+	Commit     string
+}
+
 type ClusterStatus struct {
 	// Path is the cluster's directory in the repository.
 	Path string
@@ -149,6 +171,10 @@ type ClusterStatus struct {
 	// Check is what the last check of the cluster found; nil before the
 	// first.
 	Check *CheckStatus
+	// Remediation is the cluster's remediation section as the last
+	// converge read it; nil before the first converge since the agent
+	// started.
+	Remediation *RemediationStatus
 	// Runs are the cluster's latest runs, newest first.
 	Runs []Run
 }

@@ -152,6 +152,12 @@ section.cluster { border-top: 2px solid #ccc; margin-top: 2rem; }
 {{range .Components}}<li data-component="{{.Name}}">{{if .Unknown}}{{.Name}} {{.Pinned}}: <span class="failure">releases unknown: {{.Unknown}}</span>{{else if .Update}}{{.Name}} {{.Pinned}} → {{.Update}} ({{behind .}}){{else}}{{.Name}} {{.Pinned}}: up to date{{end}}</li>
 {{end}}</ul>
 {{end}}{{else}}<p>No check has run yet: updates show after the first one, one drift interval after the agent started.</p>
+{{end}}<h3>Remediation</h3>
+{{with .Remediation}}<p data-remediation="{{if .On}}on{{else}}off{{end}}">{{if .On}}On: a worker NotReady longer than {{.After}} is replaced, at most {{.MaxUnhealthy}} of a pool at once, {{if .Pools}}in pools {{range $i, $p := .Pools}}{{if $i}}, {{end}}<code>{{$p}}</code>{{end}}{{else}}in every worker pool{{end}}; never a control plane, never while the cluster itself is unhealthy.{{else}}Off: cluster.yaml has no remediation section.{{end}}</p>
+{{if .Events}}<ul class="remediations">
+{{range .Events}}<li><time datetime="{{iso .At}}">{{when .At}}</time>: <code>{{.Node}}</code> of pool <code>{{.Pool}}</code> replaced by the converge of <code>{{short .Commit}}</code></li>
+{{end}}</ul>
+{{end}}{{else}}<p>Known after the first converge since the agent started.</p>
 {{end}}<h3>Drift</h3>
 <p>{{if .DriftError}}<span class="failure">drift unknown: {{.DriftError}}</span>{{if .Drift}} (the last check that worked found drift){{end}}{{else if .Drift}}<span class="drift">drift</span>: {{.DriftSummary}}{{else if .DriftChecked.IsZero}}No drift check has run yet.{{else}}in sync{{end}}{{if not .DriftChecked.IsZero}} (checked <time datetime="{{iso .DriftChecked}}">{{when .DriftChecked}}</time>){{end}}{{if and .Drift (not .DriftError) .DriftPlanID}} <a href="plans/{{.DriftPlanID}}">plan</a>{{end}}</p>
 {{if and .Drift (not .DriftError) .DriftChanges}}<ul class="drift-changes">

@@ -376,3 +376,23 @@ func TestStatusPageShowsAWaitingConverge(t *testing.T) {
 		t.Errorf("the section does not say it runs again in 10 minutes:\n%s", sec)
 	}
 }
+
+// TestStatusPageRemediation: each cluster says whether remediation is on
+// and with which settings, and lists the remediations converges began.
+func TestStatusPageRemediation(t *testing.T) {
+	t.Parallel()
+	body := statusBody(t, httpapi.StatusPage{Clusters: []httpapi.ClusterStatus{
+		{Path: "clusters/on", Remediation: &httpapi.RemediationStatus{On: true, After: "10m", MaxUnhealthy: "40%", Pools: []string{"gpu", "batch"},
+			Events: []httpapi.RemediationEvent{{At: when, Pool: "gpu", Node: "on-gpu-02", Commit: sha}}}},
+		{Path: "clusters/every", Remediation: &httpapi.RemediationStatus{On: true, After: "1h30m", MaxUnhealthy: "2"}},
+		{Path: "clusters/off", Remediation: &httpapi.RemediationStatus{}},
+		{Path: "clusters/fresh"},
+	}})
+	contains(t, "a cluster with remediation", section(t, body, "clusters-on"),
+		`<p data-remediation="on">On: a worker NotReady longer than 10m is replaced, at most 40% of a pool at once, in pools <code>gpu</code>, <code>batch</code>`,
+		`<code>on-gpu-02</code> of pool <code>gpu</code> replaced by the converge of <code>`+sha[:7])
+	contains(t, "a cluster with remediation of every pool", section(t, body, "clusters-every"),
+		`longer than 1h30m is replaced, at most 2 of a pool at once, in every worker pool`)
+	contains(t, "a cluster without remediation", section(t, body, "clusters-off"), `<p data-remediation="off">Off: cluster.yaml has no remediation section.</p>`)
+	contains(t, "a cluster not converged yet", section(t, body, "clusters-fresh"), "Known after the first converge since the agent started.")
+}

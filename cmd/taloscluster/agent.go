@@ -412,6 +412,12 @@ func (r *agentRunner) Converge(ctx context.Context, cluster, commit string, file
 		return err
 	}
 	e.Approve, e.Steps = h.Approve, h.Step
+	if h.Loaded != nil {
+		h.Loaded(e.Cluster)
+	}
+	if h.Remediated != nil {
+		e.Remediated = func(_, pool, hostname string) { h.Remediated(pool, hostname) }
+	}
 	if j, ok := r.store.(reconcile.Journal); ok {
 		e.Journal, e.Commit = j, commit
 	}

@@ -906,6 +906,8 @@ func TestThreatTableNamesTests(t *testing.T) {
 func TestSafetyTableNamesTests(t *testing.T) {
 	t.Parallel()
 	checkTableNamesTests(t, "docs/safety.md", "## The rules and their proofs", "rule", 4, 2)
+	checkTableNamesTests(t, "docs/safety.md", "## The rules of rollouts and their proofs", "rule", 4, 2)
+	checkTableNamesTests(t, "docs/safety.md", "## Remediation", "rule", 4, 2)
 }
 
 // checkTableNamesTests checks that each row of the table under heading in

@@ -271,6 +271,13 @@ func (p *Provider) placement(want *reconcile.Desired, inv *inventory) (map[strin
 		if _, ok := inv.duplicates[m.Hostname]; ok {
 			continue
 		}
+		if n, ok := inv.replaced[m.Hostname]; ok && slices.Contains(inv.nodes, n) && (m.Pool.Node == "" || m.Pool.Node == n) {
+			// A replacement goes where the machine ran: that node has the
+			// boot ISO, and the spread stays as it was.
+			out[m.Hostname] = n
+			load[n]++
+			continue
+		}
 		if inv.offline {
 			out[m.Hostname] = m.Pool.Node
 			if out[m.Hostname] == "" {
@@ -383,10 +390,19 @@ func (p *Provider) planCompute(want *reconcile.Desired, inv *inventory) ([]plan.
 			continue
 		}
 		node := place[m.Hostname]
-		step(plan.ActionCreate, plan.KindCIData, m.Hostname, "config ISO the VM reads its machine config from on first boot",
+		// A remediation's replacement says so in each of its steps.
+		remedy := ""
+		if _, ok := inv.replaced[m.Hostname]; ok {
+			remedy = "remediation: "
+		}
+		step(plan.ActionCreate, plan.KindCIData, m.Hostname, remedy+"config ISO the VM reads its machine config from on first boot",
 			"the cluster identity exists", uploadCIData{hostname: m.Hostname, node: node},
 			plan.Attribute{Key: "node", Value: node}, plan.Attribute{Key: "storage", Value: px.CIDataStorage})
-		step(plan.ActionCreate, plan.KindMachine, m.Hostname, "new "+string(pool.Role)+", started once its firewall is in place",
+		what := "new " + string(pool.Role)
+		if remedy != "" {
+			what = remedy + "a new VM of the same name for the " + string(pool.Role) + " deleted above"
+		}
+		step(plan.ActionCreate, plan.KindMachine, m.Hostname, what+", started once its firewall is in place",
 			"no VM named "+m.Hostname+" exists", createVM{hostname: m.Hostname, node: node},
 			plan.Attribute{Key: "node", Value: node},
 			plan.Attribute{Key: "cores", Value: strconv.Itoa(pool.Cores)},
@@ -398,7 +414,7 @@ func (p *Provider) planCompute(want *reconcile.Desired, inv *inventory) ([]plan.
 			plan.Attribute{Key: "tags", Value: strings.Join(p.vmTags(m), ";")},
 			plan.Attribute{Key: "talos", Value: p.c.Talos.Version},
 			plan.Attribute{Key: "kubernetes", Value: p.c.Kubernetes.Version})
-		step(plan.ActionCreate, plan.KindFirewallRule, m.Hostname, fmt.Sprintf("per-VM firewall: policy in DROP, %d accept rules; then the VM is started", len(desiredRules)),
+		step(plan.ActionCreate, plan.KindFirewallRule, m.Hostname, remedy+fmt.Sprintf("per-VM firewall: policy in DROP, %d accept rules; then the VM is started", len(desiredRules)),
 			"the VM exists", setFirewall{hostname: m.Hostname, options: fwOptions, add: desiredRules, start: true},
 			plan.Attribute{Key: "rules", Value: rulesSummary(desiredRules)})
 	}

@@ -219,6 +219,9 @@ type inventory struct {
 	// missingStorage are the ISO storages Proxmox does not have, with its
 	// answer.
 	missingStorage map[string]string
+	// replaced are the machines a remediation deletes before this plan
+	// creates them anew, with the Proxmox node each ran on (PlanReplace).
+	replaced map[string]string
 }
 
 // foreignVM is a VM that is not this cluster's but has the name of one of

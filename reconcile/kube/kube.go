@@ -94,7 +94,10 @@ type Node struct {
 	// Condition is the Ready condition's status: "True", "False",
 	// "Unknown" (the node controller heard nothing from the kubelet for its
 	// grace period), or "" when the node has none yet.
-	Condition      string
+	Condition string
+	// ConditionSince is when the Ready condition last changed its status
+	// (its lastTransitionTime); zero when the node has no Ready condition.
+	ConditionSince time.Time
 	Unschedulable  bool
 	KubeletVersion string
 	Labels         map[string]string
@@ -158,9 +161,11 @@ func (c *Client) Node(ctx context.Context, name string) (n Node, ok bool, err er
 }
 
 func nodeOf(n corev1.Node) Node {
+	cond, since := condition(n)
 	out := Node{
 		Name:           n.Name,
-		Condition:      condition(n),
+		Condition:      cond,
+		ConditionSince: since,
 		Unschedulable:  n.Spec.Unschedulable,
 		KubeletVersion: n.Status.NodeInfo.KubeletVersion,
 		Labels:         n.Labels,
@@ -178,13 +183,15 @@ func nodeOf(n corev1.Node) Node {
 	return out
 }
 
-func condition(n corev1.Node) string {
+// condition returns the status of the node's Ready condition and when it
+// last changed.
+func condition(n corev1.Node) (string, time.Time) {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return string(c.Status)
+			return string(c.Status), c.LastTransitionTime.Time
 		}
 	}
-	return ""
+	return "", time.Time{}
 }
 
 func compare(a, b string) int {

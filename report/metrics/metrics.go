@@ -156,6 +156,7 @@ type Metrics struct {
 	githubCalls   *prometheus.CounterVec
 	rateRemaining prometheus.Gauge
 	queueDepth    prometheus.Gauge
+	remediations  *prometheus.CounterVec
 
 	// reports: the outbox, as last recorded; the age of the oldest report
 	// is computed when scraped.
@@ -275,6 +276,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name:      "queue_depth",
 			Help:      "Jobs waiting to run.",
 		}),
+		remediations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "remediations_total",
+			Help:      "Worker machines a converge began to replace because their node stayed NotReady (remediation), by cluster and worker pool.",
+		}, []string{"cluster", "pool"}),
 	}
 	for _, o := range opts {
 		o(m)
@@ -301,6 +307,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.runs, m.runDuration, m.lastSuccess, m.drift, m.driftCheck, m.running, m.failing, m.waiting, m.leaseHeld,
 		m.update, m.behind, m.cordoned, m.checkSuccess, m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
+		m.remediations,
 	}
 }
 
@@ -393,6 +400,23 @@ func (m *Metrics) ClusterLabel(path string) string {
 		return InvalidLabel
 	}
 	return path
+}
+
+// poolRE is what a worker pool's name must look like to become a label
+// value: cluster.yaml's pool names are lowercase DNS labels.
+var poolRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func poolLabel(pool string) string {
+	if !poolRE.MatchString(pool) {
+		return InvalidLabel
+	}
+	return pool
+}
+
+// Remediation records that a converge of cluster began to replace a
+// worker machine of pool (taloscluster_remediations_total).
+func (m *Metrics) Remediation(cluster, pool string) {
+	m.remediations.WithLabelValues(m.ClusterLabel(cluster), poolLabel(pool)).Inc()
 }
 
 func wellFormed(path string) bool {

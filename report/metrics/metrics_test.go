@@ -542,3 +542,31 @@ func TestCheckSeriesLint(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// TestRemediationsAreCounted: each remediation counts under its cluster
+// and pool; a pool name that is no pool name, or a cluster that is not
+// the repository's, is counted under the invalid label.
+func TestRemediationsAreCounted(t *testing.T) {
+	t.Parallel()
+	m, _ := newMetrics(t)
+	m.SetClusters([]string{"clusters/prod-a"})
+	m.Remediation("clusters/prod-a", "worker")
+	m.Remediation("clusters/prod-a", "worker")
+	m.Remediation("clusters/prod-a", "gpu")
+	m.Remediation("clusters/prod-a", "Not A Pool: token=abc")
+	m.Remediation("clusters/elsewhere", "worker")
+	const name = "taloscluster_remediations_total"
+	for _, tt := range []struct {
+		cluster, pool string
+		want          float64
+	}{
+		{"clusters/prod-a", "worker", 2},
+		{"clusters/prod-a", "gpu", 1},
+		{"clusters/prod-a", metrics.InvalidLabel, 1},
+		{metrics.InvalidLabel, "worker", 1},
+	} {
+		if got := value(m, name, map[string]string{"cluster": tt.cluster, "pool": tt.pool}); got != tt.want {
+			t.Errorf("%s{cluster=%q,pool=%q} = %v, want %v", name, tt.cluster, tt.pool, got, tt.want)
+		}
+	}
+}
