@@ -299,6 +299,7 @@ func (e *Engine) Converge(ctx context.Context) error {
 }
 
 func (e *Engine) converge(ctx context.Context) error {
+	e.awaitRestarted(ctx)
 	want, obs, err := e.observe(ctx)
 	if err != nil {
 		return err

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/taloscluster/taloscluster/reconcile/kube"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/retry"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/reconcile/talos"
 )
 
@@ -451,4 +454,71 @@ func (r *run) moveEndpoint(ctx context.Context, phase plan.Phase, op moveEndpoin
 	r.mu.Unlock()
 	r.e.say(phase, "wrote %s for %s", KubeconfigFile, op.endpoint)
 	return nil
+}
+
+// awaitRestarted waits, before converge plans, until the nodes an
+// interrupted run asked to restart answer the Talos API again (within the
+// boot timeout): a plan made while one is still down would be incomplete
+// for it. It changes nothing; what it cannot read, the plan shows.
+func (e *Engine) awaitRestarted(ctx context.Context) {
+	if e.Journal == nil {
+		return
+	}
+	open, err := e.Journal.Open(ctx, e.Key)
+	if err != nil {
+		return
+	}
+	restarted := map[string]bool{}
+	for _, en := range open {
+		restarted[en.Target] = restarted[en.Target] || en.Boot != ""
+	}
+	bundle, err := e.bundle(ctx)
+	if len(restarted) == 0 || err != nil || bundle == nil {
+		return
+	}
+	inv, err := e.Infra.Observe(ctx)
+	if err != nil {
+		return
+	}
+	var endpoints []string
+	addrs := map[string]string{}
+	for _, m := range inv.Machines() {
+		if len(m.Addresses) == 0 {
+			continue
+		}
+		if m.Role == spec.RoleControlPlane {
+			endpoints = append(endpoints, m.Addresses[0].String())
+		}
+		if restarted[m.Hostname] {
+			addrs[m.Hostname] = m.Addresses[0].String()
+		}
+	}
+	if len(endpoints) == 0 || len(addrs) == 0 {
+		return
+	}
+	tc, err := talos.Dial(ctx, e.Cluster.Name, bundle, endpoints)
+	if err != nil {
+		return
+	}
+	defer tc.Close()
+	wctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
+	defer cancel()
+	for _, h := range slices.Sorted(maps.Keys(addrs)) {
+		said := false
+		for {
+			cctx, ccancel := context.WithTimeout(wctx, ObserveTimeout)
+			_, err := tc.Version(cctx, addrs[h])
+			ccancel()
+			if err == nil {
+				break
+			}
+			if !said {
+				e.say(plan.PhaseValidate, "an interrupted run restarted %s: waiting for it to answer before planning", h)
+				said = true
+			}
+			if retry.Sleep(wctx, e.poll()) != nil {
+				return
+			}
+		}
+	}
 }

@@ -3,6 +3,7 @@ package proxmox_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -570,4 +571,58 @@ func TestScenarioUnreadableKubernetesVersionRefuses(t *testing.T) {
 			t.Fatalf("a config was applied: %v", op)
 		}
 	}
+}
+
+// TestScenarioInterruptedKubernetesUpgradeResumes: a Kubernetes upgrade
+// over two minors, stopped at random moments, resumes where it was: no
+// minor skipped, no kubelet ever newer than the oldest API server, no
+// component moved back, no node restarted.
+func TestScenarioInterruptedKubernetesUpgradeResumes(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "khalt", 1)
+	w.set(t, "kubernetes.version", "v1.34.2")
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	t.Cleanup(cancel)
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("first converge: %v", err)
+	}
+	w.set(t, "kubernetes.version", "v1.36.1")
+	mark := time.Now()
+	stop := w.watchVersions()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+	stops := 0
+	for try := 0; ; try++ {
+		if try == 40 {
+			t.Fatal("the upgrade did not finish in 40 runs")
+		}
+		rctx, rcancel := context.WithTimeout(ctx, time.Duration(50+rng.IntN(500))*time.Millisecond)
+		err := w.journaled(t).Converge(rctx)
+		rcancel()
+		if err == nil {
+			break
+		}
+		if rctx.Err() == nil {
+			t.Fatalf("a run that was not stopped failed: %v", err)
+		}
+		stops++
+	}
+	seen := stop()
+	checkSkew(t, seen)
+	for _, h := range w.hosts(3, 1) {
+		if got, want := seen.kubelets[h], []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
+			t.Errorf("the kubelet config of %s went %v, want %v", h, got, want)
+		}
+	}
+	for _, h := range w.hosts(3, 0) {
+		if got, want := seen.apiservers[h], []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
+			t.Errorf("the API server of %s went %v, want %v", h, got, want)
+		}
+	}
+	if find(since(w.lab, mark), 0, "lab", "node-left", "") >= 0 {
+		t.Error("a node went down during a Kubernetes upgrade")
+	}
+	if stops == 0 {
+		t.Log("no run was stopped before the upgrade finished")
+	}
+	t.Logf("the upgrade finished after %d stopped runs", stops)
 }
