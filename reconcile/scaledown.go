@@ -233,7 +233,7 @@ func planScaleDown(p *plan.Plan, want *Desired, obs *Observation, infra Infra) {
 				Resource:   plan.Resource{Kind: plan.KindNode, Name: n.Name},
 				Reason:     "uncordon: an earlier run cordoned this node (to remove or restart it) and did not finish; cluster.yaml keeps it, and Talos never uncordons a node it did not cordon itself",
 				Attributes: []plan.Attribute{{Key: "unschedulable", Value: "true -> false"}},
-				Expects:    "the node exists", Op: uncordonNode{hostname: n.Name}})
+				Expects:    "the node exists", Op: uncordonNode{hostname: n.Name, bestEffort: true}})
 		}
 	}
 	rs, warnings := removals(want, obs)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: start the simulated datacenter, converge a three-control-plane
 # Talos cluster on its Proxmox API with the real code paths, show its
-# status, show that a second plan is empty, and stop the lab.
+# status, show that a second plan is empty, shrink it, upgrade its
+# Kubernetes, and stop the lab.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,6 +56,14 @@ if ! "$bin/taloscluster" converge --yes -C "$cluster" > "$work/scale-down.log" 2
 	cat "$work/scale-down.log"; echo "the scale-down failed"; exit 1
 fi
 grep -E 'scale-down|healthy' "$work/scale-down.log"
+echo
+echo "== rollout: kubernetes.version v1.36.1 -> v1.36.2 (each control plane's API server, controller manager and scheduler, kube-proxy, every kubelet; docs/safety.md)"
+sed -i '/^kubernetes:/,/^[a-z]/ s/^  version: v1.36.1$/  version: v1.36.2/' "$cluster/cluster.yaml"
+if ! "$bin/taloscluster" converge --yes -C "$cluster" > "$work/rollout.log" 2>&1; then
+	cat "$work/rollout.log"; echo "the rollout failed"; exit 1
+fi
+grep -E '^upgrade: ' "$work/rollout.log" | grep -E 'machine .*-01|kube-proxy' | head -n 8
+grep -E 'healthy' "$work/rollout.log"
 echo
 echo "== taloscluster plan of a cluster the Python tool built (examples/proxmox-legacy): only the differences docs/migration.md lists"
 "$bin/taloscluster" plan -C "$TALOSLAB_EXAMPLES/proxmox-legacy" | grep -E '^(refused|Plan|Summary|  [-+~=*] )' | cut -c1-160 || true
