@@ -304,20 +304,30 @@ func (r *run) nodeHealth(ctx context.Context, tc *talos.Client, kc *kube.Client,
 	return r.healthOf(ctx, tc, kc, op.gate, op.addrs, op.endpoints)
 }
 
-// setComponent moves one control-plane component and waits for its pod.
-func (r *run) setComponent(ctx context.Context, phase plan.Phase, op setComponent) error {
-	tc, err := r.dial(ctx, op.endpoints)
+// applyLive gives a node a config whose every change applies live, and
+// returns the Kubernetes client the wait that follows reads with.
+func (r *run) applyLive(ctx context.Context, ref nodeRef, config []byte) (*kube.Client, error) {
+	tc, err := r.dial(ctx, ref.endpoints)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	kc, err := r.kube(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, err := tc.ApplyConfig(ctx, op.addr, op.config, true); err != nil {
+	if _, err := tc.ApplyConfig(ctx, ref.addr, config, true); err != nil {
 		if talos.Unreachable(err) {
-			return retry.Transient(err)
+			return nil, retry.Transient(err)
 		}
+		return nil, err
+	}
+	return kc, nil
+}
+
+// setComponent moves one control-plane component and waits for its pod.
+func (r *run) setComponent(ctx context.Context, phase plan.Phase, op setComponent) error {
+	kc, err := r.applyLive(ctx, op.nodeRef, op.config)
+	if err != nil {
 		return err
 	}
 	return r.await(ctx, phase, fmt.Sprintf("%s on %s to run %s", op.component, op.hostname, op.version), func(ctx context.Context) (string, bool) {
@@ -369,18 +379,8 @@ func (r *run) setKubeProxy(ctx context.Context, phase plan.Phase, op setKubeProx
 // setKubelet gives a node its config at the new version and waits for
 // its kubelet.
 func (r *run) setKubelet(ctx context.Context, phase plan.Phase, op setKubelet) error {
-	tc, err := r.dial(ctx, op.endpoints)
+	kc, err := r.applyLive(ctx, op.nodeRef, op.config)
 	if err != nil {
-		return err
-	}
-	kc, err := r.kube(ctx)
-	if err != nil {
-		return err
-	}
-	if _, err := tc.ApplyConfig(ctx, op.addr, op.config, true); err != nil {
-		if talos.Unreachable(err) {
-			return retry.Transient(err)
-		}
 		return err
 	}
 	return r.await(ctx, phase, fmt.Sprintf("the kubelet of %s to run %s", op.hostname, op.version), func(ctx context.Context) (string, bool) {

@@ -3,11 +3,9 @@ package main
 import (
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -126,34 +124,18 @@ func TestScenarioKilledUpgradesResume(t *testing.T) {
 		if try == 80 {
 			t.Fatalf("only %d kills landed in 80 runs", kills)
 		}
-		proc := exec.Command(exe, "converge", "--yes", "-C", dir)
-		proc.Env = append(os.Environ(), envRunMain+"=1")
-		var out syncBuffer
-		proc.Stdout, proc.Stderr = &out, &out
-		if err := proc.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- proc.Wait() }()
 		after := time.Duration(300+rng.IntN(3000)) * time.Millisecond
-		killed := false
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Fatalf("a converge that was not killed failed: %v\n%s\nearlier runs:\n%s", err, out.String(), strings.Join(outputs, "\n---\n"))
-			}
-		case <-time.After(after):
-			_ = proc.Process.Signal(syscall.SIGKILL)
-			<-exited
-			killed = true
+		out, killed, err := convergeKilledAfter(t, exe, dir, after)
+		if err != nil {
+			t.Fatalf("a converge that was not killed failed: %v\n%s\nearlier runs:\n%s", err, out, strings.Join(outputs, "\n---\n"))
 		}
-		outputs = append(outputs, out.String())
+		outputs = append(outputs, out)
 		if !quorum(l, "rolls") {
-			t.Fatalf("etcd lost its majority at kill point %d (after %s); the run said:\n%s", kills, after, out.String())
+			t.Fatalf("etcd lost its majority at kill point %d (after %s); the run said:\n%s", kills, after, out)
 		}
 		if killed {
 			kills++
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			lines := strings.Split(strings.TrimSpace(out), "\n")
 			t.Logf("kill %d after %s: the run last said %q", kills, after, lines[len(lines)-1])
 			continue
 		}

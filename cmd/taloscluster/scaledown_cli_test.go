@@ -111,31 +111,15 @@ func TestScenarioKilledScaleDownsResume(t *testing.T) {
 		if try == 60 {
 			t.Fatalf("only %d kills landed in 60 runs", kills)
 		}
-		proc := exec.Command(exe, "converge", "--yes", "-C", dir)
-		proc.Env = append(os.Environ(), envRunMain+"=1")
-		var out syncBuffer
-		proc.Stdout, proc.Stderr = &out, &out
-		if err := proc.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- proc.Wait() }()
 		after := time.Duration(300+rng.IntN(2500)) * time.Millisecond
-		killed := false
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Fatalf("a converge that was not killed failed: %v\n%s", err, out.String())
-			}
-		case <-time.After(after):
-			_ = proc.Process.Signal(syscall.SIGKILL)
-			<-exited
-			killed = true
+		out, killed, err := convergeKilledAfter(t, exe, dir, after)
+		if err != nil {
+			t.Fatalf("a converge that was not killed failed: %v\n%s", err, out)
 		}
-		outputs = append(outputs, out.String())
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		outputs = append(outputs, out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
 		if !quorum(l, "kills") {
-			t.Fatalf("etcd lost its majority at kill point %d (after %s); the run said:\n%s", kills, after, out.String())
+			t.Fatalf("etcd lost its majority at kill point %d (after %s); the run said:\n%s", kills, after, out)
 		}
 		if killed {
 			kills++
@@ -170,6 +154,30 @@ func TestScenarioKilledScaleDownsResume(t *testing.T) {
 		t.Error("the lab recorded no etcd history during the scale-downs")
 	}
 	t.Logf("%d kills, %d scale-downs completed between them, %d moments of etcd's history checked", kills, shrunk+1, moments)
+}
+
+// convergeKilledAfter runs converge -C dir in a process of its own and
+// kills it (SIGKILL) after the given time unless it ended before; err is
+// the error of a run that ended by itself.
+func convergeKilledAfter(t *testing.T, exe, dir string, after time.Duration) (out string, killed bool, err error) {
+	t.Helper()
+	proc := exec.Command(exe, "converge", "--yes", "-C", dir)
+	proc.Env = append(os.Environ(), envRunMain+"=1")
+	var buf syncBuffer
+	proc.Stdout, proc.Stderr = &buf, &buf
+	if err := proc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- proc.Wait() }()
+	select {
+	case err = <-exited:
+	case <-time.After(after):
+		_ = proc.Process.Signal(syscall.SIGKILL)
+		<-exited
+		killed = true
+	}
+	return buf.String(), killed, err
 }
 
 // checkShrunk checks that exactly the desired machines are left: one VM

@@ -26,10 +26,17 @@ var bootIDFile = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab
 func readBootID(ctx context.Context, t *testing.T, c *client.Client) string {
 	t.Helper()
 
-	data, err := readFile(ctx, c, "/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		t.Fatalf("reading the boot ID: %v", err)
-	}
+	// A node that just came up may still be settling under load (another
+	// boot of the test's own making): Unavailable is tried again.
+	var data []byte
+	eventually(t, "reading the boot ID", func() error {
+		var err error
+		data, err = readFile(ctx, c, "/proc/sys/kernel/random/boot_id")
+		if err != nil && client.StatusCode(err) != codes.Unavailable {
+			t.Fatalf("reading the boot ID: %v", err)
+		}
+		return err
+	})
 
 	if !bootIDFile.Match(data) {
 		t.Fatalf("boot ID %q is not a UUID and a newline", data)

@@ -146,13 +146,7 @@ func TestScenarioTalosUpgradeControlPlanesFirst(t *testing.T) {
 // then the kubelets.
 func TestScenarioKubernetesStepsEveryMinor(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, "khop", 1)
-	w.set(t, "kubernetes.version", "v1.34.2")
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	t.Cleanup(cancel)
-	if err := w.engine(t).Converge(ctx); err != nil {
-		t.Fatalf("first converge: %v", err)
-	}
+	w, ctx := builtAt(t, "khop", "v1.34.2")
 	w.set(t, "kubernetes.version", "v1.36.1")
 	p, err := w.engine(t).Plan(ctx)
 	if err != nil {
@@ -179,16 +173,7 @@ func TestScenarioKubernetesStepsEveryMinor(t *testing.T) {
 	}
 	seen := stop()
 	checkSkew(t, seen)
-	for _, h := range w.hosts(3, 1) {
-		if got, want := seen.kubelets[h], []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
-			t.Errorf("the kubelet config of %s went %v, want %v", h, got, want)
-		}
-	}
-	for _, h := range w.hosts(3, 0) {
-		if got, want := seen.apiservers[h], []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
-			t.Errorf("the API server of %s went %v, want %v", h, got, want)
-		}
-	}
+	w.checkWent(t, seen, "v1.34.2", "v1.35.0", "v1.36.1")
 	if got, want := seen.proxy, []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
 		t.Errorf("kube-proxy went %v, want %v", got, want)
 	}
@@ -579,13 +564,7 @@ func TestScenarioUnreadableKubernetesVersionRefuses(t *testing.T) {
 // component moved back, no node restarted.
 func TestScenarioInterruptedKubernetesUpgradeResumes(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, "khalt", 1)
-	w.set(t, "kubernetes.version", "v1.34.2")
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	t.Cleanup(cancel)
-	if err := w.engine(t).Converge(ctx); err != nil {
-		t.Fatalf("first converge: %v", err)
-	}
+	w, ctx := builtAt(t, "khalt", "v1.34.2")
 	w.set(t, "kubernetes.version", "v1.36.1")
 	mark := time.Now()
 	stop := w.watchVersions()
@@ -595,7 +574,9 @@ func TestScenarioInterruptedKubernetesUpgradeResumes(t *testing.T) {
 		if try == 40 {
 			t.Fatal("the upgrade did not finish in 40 runs")
 		}
-		rctx, rcancel := context.WithTimeout(ctx, time.Duration(50+rng.IntN(500))*time.Millisecond)
+		// The window grows with each try, so that a loaded machine still
+		// gets through.
+		rctx, rcancel := context.WithTimeout(ctx, time.Duration(100+rng.IntN(500)+150*try)*time.Millisecond)
 		err := w.journaled(t).Converge(rctx)
 		rcancel()
 		if err == nil {
@@ -608,16 +589,7 @@ func TestScenarioInterruptedKubernetesUpgradeResumes(t *testing.T) {
 	}
 	seen := stop()
 	checkSkew(t, seen)
-	for _, h := range w.hosts(3, 1) {
-		if got, want := seen.kubelets[h], []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
-			t.Errorf("the kubelet config of %s went %v, want %v", h, got, want)
-		}
-	}
-	for _, h := range w.hosts(3, 0) {
-		if got, want := seen.apiservers[h], []string{"v1.34.2", "v1.35.0", "v1.36.1"}; !slices.Equal(got, want) {
-			t.Errorf("the API server of %s went %v, want %v", h, got, want)
-		}
-	}
+	w.checkWent(t, seen, "v1.34.2", "v1.35.0", "v1.36.1")
 	if find(since(w.lab, mark), 0, "lab", "node-left", "") >= 0 {
 		t.Error("a node went down during a Kubernetes upgrade")
 	}
@@ -625,4 +597,34 @@ func TestScenarioInterruptedKubernetesUpgradeResumes(t *testing.T) {
 		t.Log("no run was stopped before the upgrade finished")
 	}
 	t.Logf("the upgrade finished after %d stopped runs", stops)
+}
+
+// builtAt builds the world's cluster of three control planes and a worker
+// at a Kubernetes version.
+func builtAt(t *testing.T, name, kubernetes string) (*world, context.Context) {
+	t.Helper()
+	w := newWorld(t, name, 1)
+	w.set(t, "kubernetes.version", kubernetes)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	t.Cleanup(cancel)
+	if err := w.engine(t).Converge(ctx); err != nil {
+		t.Fatalf("first converge: %v", err)
+	}
+	return w, ctx
+}
+
+// checkWent checks that every kubelet config and API server of the world
+// went through exactly these versions, in order.
+func (w *world) checkWent(t *testing.T, seen versionsSeen, versions ...string) {
+	t.Helper()
+	for _, h := range w.hosts(3, 1) {
+		if got := seen.kubelets[h]; !slices.Equal(got, versions) {
+			t.Errorf("the kubelet config of %s went %v, want %v", h, got, versions)
+		}
+	}
+	for _, h := range w.hosts(3, 0) {
+		if got := seen.apiservers[h]; !slices.Equal(got, versions) {
+			t.Errorf("the API server of %s went %v, want %v", h, got, versions)
+		}
+	}
 }
