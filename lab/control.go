@@ -248,13 +248,16 @@ type LogEntry struct {
 	Time   time.Time `json:"time"`
 	Source string    `json:"source"` // proxmox, talos, kubernetes, factory, etcd or lab
 	Op     string    `json:"op"`
-	Target string    `json:"target,omitempty"`
+	// Service is, for a Talos call, the gRPC service of Op without its
+	// package (MachineService, LifecycleService, ImageService, ...).
+	Service string `json:"service,omitempty"`
+	Target  string `json:"target,omitempty"`
 	Result string    `json:"result"`
 }
 
 // Log returns every emulator's operations in time order (a Talos call is
-// named by talos.Op.Name: "Upgrade" for MachineService.Upgrade,
-// "LifecycleService.Upgrade", "ImageService.Pull"), with the lab's
+// named by its method, "ApplyConfiguration", "Upgrade", "Pull", with its
+// service apart: "MachineService", "LifecycleService", "ImageService"), with the lab's
 // own events (Source "lab"; among them the steps of Talos's sequences:
 // "reset-cordon", "reset-drain", "kubelet-stopped", "etcd-leave", "wipe",
 // with Target the node's hostname and Result "OK" or the step's error) and
@@ -272,7 +275,7 @@ func (l *Lab) Log() []LogEntry {
 		if op.Code != codes.OK {
 			res = op.Code.String() + ": " + op.Err
 		}
-		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Name(), Target: op.Node.String(), Result: FaultResult(res, op.Fault)})
+		out = append(out, LogEntry{Time: op.Time, Source: "talos", Op: op.Short(), Service: op.Service(), Target: op.Node.String(), Result: FaultResult(res, op.Fault)})
 	}
 	for _, op := range l.Factory.Log() {
 		out = append(out, LogEntry{Time: op.Time, Source: "factory", Op: op.Op, Target: op.Method + " " + op.Path, Result: fmt.Sprint(op.Status)})

@@ -357,7 +357,8 @@ func TestLogNamesRolloutCalls(t *testing.T) {
 
 	find := func(log []lab.LogEntry, from int, source, op, target string) int {
 		for i := from; i < len(log); i++ {
-			if log[i].Source == source && log[i].Op == op && strings.Contains(log[i].Target, target) {
+			named := log[i].Op == op || log[i].Service+"."+log[i].Op == op
+			if log[i].Source == source && named && strings.Contains(log[i].Target, target) {
 				return i
 			}
 		}

@@ -564,13 +564,26 @@ func (o Op) Name() string {
 // Short returns the method name of the call, such as "Bootstrap" (also
 // for "/machine.LifecycleService/Upgrade": "Upgrade"; see Name).
 func (o Op) Short() string {
-	for i := len(o.Call) - 1; i >= 0; i-- {
-		if o.Call[i] == '/' {
-			return o.Call[i+1:]
-		}
+	if i := strings.LastIndexByte(o.Call, '/'); i >= 0 {
+		return o.Call[i+1:]
 	}
 
 	return o.Call
+}
+
+// Service returns the gRPC service of the call without its package, such
+// as "MachineService" or "LifecycleService"; "" when the call names none.
+func (o Op) Service() string {
+	svc, _, ok := strings.Cut(strings.TrimPrefix(o.Call, "/"), "/")
+	if !ok {
+		return ""
+	}
+
+	if i := strings.LastIndexByte(svc, '.'); i >= 0 {
+		svc = svc[i+1:]
+	}
+
+	return svc
 }
 
 // World is a datacenter of simulated Talos nodes. It is safe for concurrent

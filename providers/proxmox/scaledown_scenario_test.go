@@ -113,11 +113,13 @@ func since(l *lab.Lab, mark time.Time) []lab.LogEntry {
 }
 
 // find returns the index of the first entry from start on that matches
-// source, op and a target containing target; -1 when there is none.
+// source, op (a Talos call's method, or its service and method such as
+// LifecycleService.Upgrade) and a target containing target; -1 when there
+// is none.
 func find(log []lab.LogEntry, start int, source, op, target string) int {
 	for i := max(start, 0); i < len(log); i++ {
 		e := log[i]
-		if e.Source == source && e.Op == op && strings.Contains(e.Target, target) && !strings.HasPrefix(e.Result, "4") && !strings.HasPrefix(e.Result, "5") {
+		if e.Source == source && (e.Op == op || e.Service+"."+e.Op == op) && strings.Contains(e.Target, target) && !strings.HasPrefix(e.Result, "4") && !strings.HasPrefix(e.Result, "5") {
 			return i
 		}
 	}
