@@ -252,7 +252,7 @@ type LogEntry struct {
 	// package (MachineService, LifecycleService, ImageService, ...).
 	Service string `json:"service,omitempty"`
 	Target  string `json:"target,omitempty"`
-	Result string    `json:"result"`
+	Result  string `json:"result"`
 }
 
 // Log returns every emulator's operations in time order (a Talos call is
