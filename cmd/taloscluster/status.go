@@ -52,6 +52,9 @@ type statusMachine struct {
 	Role      string   `json:"role" yaml:"role"`
 	Running   bool     `json:"running" yaml:"running"`
 	Addresses []string `json:"addresses" yaml:"addresses"`
+	// RestartPending lists the provider changes that wait for the
+	// machine's restart (converge --reboot).
+	RestartPending []string `json:"restart_pending,omitempty" yaml:"restart_pending,omitempty"`
 }
 
 type statusNode struct {
@@ -123,7 +126,7 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 		st.fail(err.Error())
 	} else {
 		for _, m := range inv.Machines() {
-			sm := statusMachine{Name: m.Hostname, Role: string(m.Role), Running: m.Running, Addresses: []string{}}
+			sm := statusMachine{Name: m.Hostname, Role: string(m.Role), Running: m.Running, Addresses: []string{}, RestartPending: m.RestartPending}
 			for _, a := range m.Addresses {
 				sm.Addresses = append(sm.Addresses, a.String())
 			}
@@ -247,6 +250,9 @@ func printStatus(cmd *cobra.Command, st clusterStatus) {
 		power := "stopped"
 		if m.Running {
 			power = "running"
+		}
+		if len(m.RestartPending) > 0 {
+			power += ", restart pending (" + strings.Join(m.RestartPending, ", ") + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Name, m.Role, power, strings.Join(m.Addresses, ","))
 	}
