@@ -401,7 +401,7 @@ func (ro *rollout) planNode(p *plan.Plan, r roll, batch int) {
 			Expects:    "the node answers", Op: installTalos{nodeRef: r.nodeRef, image: r.image, version: r.upgradeTo}})
 	}
 	ro.restartStep(add, r)
-	back(r.upgradeTo, "", "wait until it went down within "+rebootGrace.String()+" and came back")
+	back(r.upgradeTo, "", fmt.Sprintf("wait until it went down within %d s and came back", int(rebootGrace.Seconds())))
 	if r.after != nil {
 		restart := len(r.afterRestart) > 0
 		add(ro.applyStep(r, r.after, r.afterDiff, r.afterRestart, restart))

@@ -59,14 +59,14 @@ grep -E 'scale-down|healthy' "$work/scale-down.log"
 echo
 echo "== rollout: kubernetes.version v1.36.1 -> v1.36.2 (each control plane's API server, controller manager and scheduler, kube-proxy, every kubelet; docs/safety.md)"
 sed -i '/^kubernetes:/,/^[a-z]/ s/^  version: v1.36.1$/  version: v1.36.2/' "$cluster/cluster.yaml"
+"$bin/taloscluster" plan -C "$cluster" | grep -E '^(  \^ .*(controlplane-01|kube-proxy|worker-01)|Summary)' | cut -c1-150 || true
 if ! "$bin/taloscluster" converge --yes -C "$cluster" > "$work/rollout.log" 2>&1; then
 	cat "$work/rollout.log"; echo "the rollout failed"; exit 1
 fi
-grep -E '^upgrade: ' "$work/rollout.log" | grep -E 'machine .*-01|kube-proxy' | head -n 8
 grep -E 'healthy' "$work/rollout.log"
 echo
 echo "== taloscluster plan of a cluster the Python tool built (examples/proxmox-legacy): only the differences docs/migration.md lists"
-"$bin/taloscluster" plan -C "$TALOSLAB_EXAMPLES/proxmox-legacy" | grep -E '^(refused|Plan|Summary|  [-+~=*] )' | cut -c1-160 || true
+"$bin/taloscluster" plan -C "$TALOSLAB_EXAMPLES/proxmox-legacy" | grep -E '^(refused|Plan|Summary|  [-+~=*>^@v] .*(controlplane-01|talosconfig))' | cut -c1-160 || true
 echo
 echo
 echo "== GitOps: the agent against the lab forge ($TALOSLAB_REPO)"
