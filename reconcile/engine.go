@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -106,6 +107,8 @@ type Engine struct {
 	// name, the worker pool and the machine's hostname (the agent counts
 	// it and logs the event "remediation").
 	Remediated func(cluster, pool, hostname string)
+	// sayMu keeps the lines of parallel steps whole.
+	sayMu sync.Mutex
 	// WaitLock makes Converge and Destroy wait, bounded by their context,
 	// for a mutation lock another run holds, instead of failing at once
 	// with a state.LockedError.
@@ -165,6 +168,9 @@ func (e *Engine) locked(ctx context.Context, kind string, f func(context.Context
 }
 
 func (e *Engine) say(phase plan.Phase, format string, args ...any) {
+	// The steps of a batch say what they do at the same time.
+	e.sayMu.Lock()
+	defer e.sayMu.Unlock()
 	if e.Progress != nil {
 		fmt.Fprintf(e.Progress, "%-10s %s\n", string(phase)+":", fmt.Sprintf(format, args...))
 	}
@@ -331,7 +337,7 @@ func (e *Engine) converge(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := e.recheck(ctx, obs.Journal); err != nil {
+	if err := e.recheck(ctx, obs.Journal, p); err != nil {
 		return err
 	}
 	for _, w := range p.Warnings {
@@ -397,11 +403,22 @@ type Journal interface {
 // just made observed what they left and planned from it (a reset that
 // may still run is followed, a VM that may be gone is looked up), so they
 // are settled.
-func (e *Engine) recheck(ctx context.Context, open []state.Entry) error {
+func (e *Engine) recheck(ctx context.Context, open []state.Entry, p *plan.Plan) error {
 	if e.Journal == nil {
 		return nil
 	}
+	waited := map[string]bool{}
+	for _, st := range p.Changes {
+		if op, ok := st.Op.(nodeBack); ok {
+			waited[op.hostname] = true
+		}
+	}
 	for _, en := range open {
+		if en.Boot != "" && waited[en.Target] {
+			// A restart stays open until this plan's wait sees the node
+			// back and healthy.
+			continue
+		}
 		e.say(plan.PhaseValidate, "an earlier run was interrupted during %s %s (started %s): this plan was made from what it left", en.Op, en.Target, en.Started.Format(time.RFC3339))
 		if err := e.Journal.Done(ctx, e.Key, en.ID, errors.New("interrupted; re-checked by the plan of a later run")); err != nil {
 			return fmt.Errorf("closing the journal entry of the interrupted %s %s: %w", en.Op, en.Target, err)

@@ -150,7 +150,34 @@ func (r *run) batch(ctx context.Context, steps []plan.Change, offset, total int)
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return worst(errs)
+}
+
+// worst returns the error of a batch whose outcome is the worst: a
+// failure over a transient error over a wait, so that one machine's
+// terminal failure is never retried because another one waits. The others
+// are named in its message.
+func worst(errs []error) error {
+	rank := map[Outcome]int{Succeeded: 0, Waiting: 1, Transient: 2, Failed: 3}
+	var pick error
+	var others []string
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		if pick == nil || rank[Settle(err).Outcome] > rank[Settle(pick).Outcome] {
+			if pick != nil {
+				others = append(others, pick.Error())
+			}
+			pick = err
+			continue
+		}
+		others = append(others, err.Error())
+	}
+	if pick == nil || len(others) == 0 {
+		return pick
+	}
+	return fmt.Errorf("%w; and in the same batch: %s", pick, strings.Join(others, "; "))
 }
 
 // nodeRefs collects the running nodes the plan's rollout steps name.
@@ -196,6 +223,12 @@ func (r *run) journaled(ctx context.Context, st plan.Change) error {
 		return fmt.Errorf("recording the intent: %w", err)
 	}
 	err = r.step(ctx, st)
+	if boot != "" && err == nil {
+		// A restart stays open in the journal until the node is back and
+		// healthy (nodeBack closes it): a run killed meanwhile leaves the
+		// next one the boot ID to check it against.
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if jerr := e.Journal.Done(context.WithoutCancel(ctx), e.Key, id, err); jerr != nil && err == nil {

@@ -95,6 +95,13 @@ func planRemediation(p *plan.Plan, want *Desired, obs *Observation, infra Infra)
 			planReplacement(p, c, r.After, text, remove, obs)
 			view.Inventory = after
 			replaced = append(replaced, c.hostname)
+			// The new machine is a new node: it boots at cluster.yaml's
+			// versions, not at the ones the old one ran.
+			if want.ConfigAt != nil {
+				if cfg, err := want.ConfigAt(c.hostname, "", ""); err == nil {
+					want.Configs[c.hostname] = cfg
+				}
+			}
 		}
 	}
 	if len(replaced) == 0 {

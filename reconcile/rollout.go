@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -89,6 +90,9 @@ type (
 	}
 )
 
+// errSkip leaves a node out of the rollout: what it needs is not known.
+var errSkip = errors.New("not planned")
+
 // rebootGrace is how long a node has to go down once its restart was
 // asked for: one that still runs the same boot after it never went down,
 // and the rollout stops rather than move on past it.
@@ -142,6 +146,19 @@ type rollout struct {
 	addrs     map[string]string
 	endpoints []string
 	restarter Restarter
+	// phase is the phase of every step of the rollout but the Kubernetes
+	// hops.
+	phase plan.Phase
+}
+
+// downs reports whether the rollout takes a node down.
+func (ro *rollout) downs() bool {
+	for _, r := range ro.rolls {
+		if r.down() {
+			return true
+		}
+	}
+	return false
 }
 
 // planRollout plans the changes to running nodes: config applies, Talos
@@ -161,17 +178,33 @@ func planRollout(p *plan.Plan, want *Desired, obs *Observation, infra Infra) err
 	if len(p.Refusals) > refused {
 		return nil
 	}
+	// One phase for the whole rollout, so that sorting the plan by phase
+	// keeps its order: upgrade when a node's Talos is upgraded.
+	ro.phase = plan.PhaseApplyConfig
 	var cps, workers []roll
 	for _, r := range ro.rolls {
+		if r.upgradeTo != "" {
+			ro.phase = plan.PhaseUpgrade
+		}
 		if r.controlPlane {
 			cps = append(cps, r)
 		} else {
 			workers = append(workers, r)
 		}
 	}
+	// A node an interrupted run restarted is checked through the gate
+	// before anything else is touched.
+	for _, r := range ro.rolls {
+		if r.resumeBoot != "" && r.rebooted {
+			ro.back(p, r, 0, "", r.resumeBoot, "an interrupted run restarted this node; it must be back and healthy before anything else is touched")
+		}
+	}
 	for _, r := range cps {
 		ro.planNode(p, r, 0)
 	}
+	// The kubeconfig moves to a new endpoint once every control plane has
+	// it, before anything else talks to the Kubernetes API.
+	ro.planEndpoint(p)
 	batch := 0
 	var queue []roll
 	flush := func() {
@@ -179,7 +212,7 @@ func planRollout(p *plan.Plan, want *Desired, obs *Observation, infra Infra) err
 			return
 		}
 		batch++
-		ro.gateBefore(p, phaseOf(queue...), queue)
+		ro.gateBefore(p, ro.phase, queue)
 		for _, r := range queue {
 			ro.planNode(p, r, batch)
 		}
@@ -196,7 +229,6 @@ func planRollout(p *plan.Plan, want *Desired, obs *Observation, infra Infra) err
 		}
 	}
 	flush()
-	ro.planEndpoint(p)
 	return ro.planKubernetes(p)
 }
 
@@ -209,23 +241,17 @@ func (ro *rollout) planEndpoint(p *plan.Plan) {
 	if have == "" || have == endpoint || len(ro.endpoints) == 0 {
 		return
 	}
-	p.Add(plan.Change{Phase: plan.PhaseApplyConfig, Domain: plan.DomainState, Action: plan.ActionUpdate,
+	if ro.downs() || ro.phase == plan.PhaseUpgrade || !sameVersion(ro.obs.Kube.Version, ro.want.Cluster.Kubernetes.Version) {
+		p.Refuse(plan.Resource{Kind: plan.KindCluster, Name: "network.cluster.kubeapi_vip"},
+			fmt.Sprintf("the Kubernetes API endpoint moves (%s -> %s) in the same converge as changes that restart nodes or upgrade them: every Kubernetes call of those steps would go to an endpoint that stops answering half-way. Move the endpoint on its own first, then make the other changes", have, endpoint))
+		return
+	}
+	p.Add(plan.Change{Phase: ro.phase, Domain: plan.DomainState, Action: plan.ActionUpdate,
 		Resource:   plan.Resource{Kind: plan.KindKubeconfig, Name: KubeconfigFile},
-		Reason:     "the Kubernetes API endpoint changed: the kubeconfig is rewritten once the new endpoint answers, after every control plane has its new config; talosconfig names the nodes, not the endpoint, and stays",
+		Reason:     "the Kubernetes API endpoint changed: the kubeconfig is rewritten once the new endpoint answers, right after every control plane has its new config; talosconfig names the nodes, not the endpoint, and stays",
 		Attributes: []plan.Attribute{{Key: "server", Value: have + " -> " + endpoint}},
 		Expects:    "a control plane answers the Talos API",
 		Op:         moveEndpoint{endpoint: endpoint, endpoints: ro.endpoints}})
-}
-
-// phaseOf is the phase of the rolls' steps: upgrade when one upgrades
-// Talos, apply-config otherwise.
-func phaseOf(rs ...roll) plan.Phase {
-	for _, r := range rs {
-		if r.upgradeTo != "" {
-			return plan.PhaseUpgrade
-		}
-	}
-	return plan.PhaseApplyConfig
 }
 
 // read works out each running node's roll, refusing what cannot be done.
@@ -240,13 +266,17 @@ func (ro *rollout) read(p *plan.Plan) error {
 		if m.Role() == spec.RoleControlPlane {
 			ro.gate.controlPlanes = append(ro.gate.controlPlanes, m.Hostname)
 		}
+		// The gates read every machine that exists, from the address the
+		// provider reports, also one that did not answer when planning.
+		if len(have.Addresses) > 0 {
+			ro.addrs[m.Hostname] = have.Addresses[0].String()
+			if m.Role() == spec.RoleControlPlane {
+				ro.endpoints = append(ro.endpoints, have.Addresses[0].String())
+			}
+		}
 		n, known := obs.nodeFacts(m.Hostname)
 		if !known {
 			continue // unread: the plan is incomplete for it
-		}
-		ro.addrs[m.Hostname] = n.Address
-		if m.Role() == spec.RoleControlPlane {
-			ro.endpoints = append(ro.endpoints, n.Address)
 		}
 		r := roll{nodeRef: nodeRef{hostname: m.Hostname, addr: n.Address, controlPlane: m.Role() == spec.RoleControlPlane},
 			number: m.Number, facts: n, pending: have.RestartPending}
@@ -257,7 +287,9 @@ func (ro *rollout) read(p *plan.Plan) error {
 			p.Refuse(plan.Resource{Kind: plan.KindMachine, Name: m.Hostname}, fmt.Sprintf("restart pending (%s), and this provider cannot restart machines", strings.Join(r.pending, ", ")))
 			r.pending = nil
 		}
-		if err := ro.readNode(p, &r); err != nil {
+		if err := ro.readNode(p, &r); errors.Is(err, errSkip) {
+			continue
+		} else if err != nil {
 			return err
 		}
 		ro.rolls = append(ro.rolls, r)
@@ -326,8 +358,14 @@ func (ro *rollout) readNode(p *plan.Plan, r *roll) error {
 		if en.Target != r.hostname || en.Boot == "" {
 			continue
 		}
+		if n.BootID == "" {
+			// Whether it restarted is not known: nothing is planned for
+			// it, and the plan says why.
+			p.Unread("the boot ID of "+r.hostname+", which an interrupted run restarted", "it could not be read")
+			return errSkip
+		}
 		r.resumeBoot = en.Boot
-		r.rebooted = n.BootID != "" && n.BootID != en.Boot
+		r.rebooted = n.BootID != en.Boot
 		r.owed = !r.rebooted && strings.HasPrefix(en.Op, string(plan.ActionRestart)) && r.apply == nil && r.upgradeTo == "" && len(r.pending) == 0
 	}
 	return nil
@@ -359,20 +397,14 @@ func (ro *rollout) gateBefore(p *plan.Plan, phase plan.Phase, rs []roll) {
 
 // planNode adds one node's steps, marked with batch (0 for none).
 func (ro *rollout) planNode(p *plan.Plan, r roll, batch int) {
-	phase := phaseOf(r)
+	phase := ro.phase
 	add := func(ch plan.Change) {
 		ch.Phase, ch.Batch = phase, batch
 		p.Add(ch)
 	}
 	machine := plan.Resource{Kind: plan.KindMachine, Name: r.hostname}
 	back := func(version, boot, why string) {
-		add(plan.Change{Domain: plan.DomainGate, Action: plan.ActionWait, Resource: machine,
-			Reason:  why + ": " + ro.backText(r),
-			Expects: "its restart was asked for",
-			Op:      nodeBack{nodeRef: r.nodeRef, version: version, boot: boot, gate: ro.gate, addrs: ro.addrs}})
-	}
-	if r.resumeBoot != "" && (r.rebooted || r.facts.BootID == "") {
-		back("", r.resumeBoot, "an interrupted run restarted this node; it must come back before anything else is touched")
+		ro.back(p, r, batch, version, boot, why)
 	}
 	if !r.down() {
 		if r.apply != nil {
@@ -412,6 +444,16 @@ func (ro *rollout) planNode(p *plan.Plan, r roll, batch int) {
 		}
 	}
 	ro.uncordon(add, r)
+}
+
+// back adds the wait until a node that was asked to restart went down and
+// came back healthy.
+func (ro *rollout) back(p *plan.Plan, r roll, batch int, version, boot, why string) {
+	p.Add(plan.Change{Phase: ro.phase, Batch: batch, Domain: plan.DomainGate, Action: plan.ActionWait,
+		Resource: plan.Resource{Kind: plan.KindMachine, Name: r.hostname},
+		Reason:   why + ": " + ro.backText(r),
+		Expects:  "its restart was asked for",
+		Op:       nodeBack{nodeRef: r.nodeRef, version: version, boot: boot, gate: ro.gate, addrs: ro.addrs}})
 }
 
 // restartStep adds the step that restarts the node: the provider's power

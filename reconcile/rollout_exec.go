@@ -21,7 +21,10 @@ import (
 func (r *run) restarting(st plan.Change) (nodeRef, bool) {
 	switch op := st.Op.(type) {
 	case rebootNode:
-		return op.nodeRef, true
+		r.mu.Lock()
+		self := r.selfReboot[op.hostname]
+		r.mu.Unlock()
+		return op.nodeRef, !self
 	case installTalos:
 		return op.nodeRef, true
 	}
@@ -105,6 +108,19 @@ func (r *run) await(ctx context.Context, phase plan.Phase, what string, check fu
 // g, "" when it does.
 func (r *run) healthOf(ctx context.Context, tc *talos.Client, kc *kube.Client, g healthGate, addrs map[string]string, cps []string) (string, bool) {
 	f := healthFacts{talos: map[string]error{}}
+	if slices.ContainsFunc(g.machines, func(h string) bool { return addrs[h] == "" }) {
+		// A machine reported no address when the plan was made (a node
+		// that was rebooting): the provider is asked again.
+		if fresh, err := r.addresses(ctx); err == nil {
+			merged := maps.Clone(addrs)
+			for h, a := range fresh {
+				if merged[h] == "" {
+					merged[h] = a
+				}
+			}
+			addrs = merged
+		}
+	}
 	up := map[string]bool{}
 	for _, h := range g.machines {
 		addr, ok := addrs[h]
@@ -119,6 +135,21 @@ func (r *run) healthOf(ctx context.Context, tc *talos.Client, kc *kube.Client, g
 			f.talos[h] = err
 		}
 		up[addr] = err == nil
+	}
+	for _, h := range g.controlPlanes {
+		addr, ok := addrs[h]
+		if _, down := f.talos[h]; !ok || down {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
+		s, found, err := tc.Service(cctx, addr, "etcd")
+		cancel()
+		switch {
+		case err != nil:
+			f.talos[h] = fmt.Errorf("its etcd service could not be read: %w", err)
+		case !found || s.State != "Running" || !s.Healthy:
+			f.talos[h] = fmt.Errorf("its etcd is %s, not running healthy", orText(s.State, "not there"))
+		}
 	}
 	f.nodes, f.nodesErr = kc.Nodes(ctx)
 	f.membersErr = errors.New("no control plane has an address")
@@ -240,17 +271,54 @@ func (r *run) nodeBack(ctx context.Context, phase plan.Phase, op nodeBack) error
 		return err
 	}
 	if op.version != "" {
-		cctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
-		v, err := tc.Version(cctx, op.addr)
-		cancel()
-		if err == nil && !sameVersion(v, op.version) {
-			return retry.Terminal(fmt.Errorf("%s came back running Talos %s, not %s: the new system did not boot and Talos went back to the previous one. The rollout stops here; look at the node's console", op.hostname, v, op.version))
+		var running string
+		err := r.await(ctx, phase, "the Talos version of "+op.hostname, func(ctx context.Context) (string, bool) {
+			cctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
+			v, err := tc.Version(cctx, op.addr)
+			cancel()
+			if err != nil {
+				return "its version could not be read: " + firstLine(err.Error()), answeredWithError(err)
+			}
+			running = v
+			return "", false
+		})
+		if err != nil {
+			return err
+		}
+		if !sameVersion(running, op.version) {
+			return retry.Terminal(fmt.Errorf("%s came back running Talos %s, not %s: the new system did not boot and Talos went back to the previous one. The rollout stops here; look at the node's console", op.hostname, running, op.version))
 		}
 	}
 	e.say(phase, "%s is back; waiting for it to be healthy", op.hostname)
-	return r.await(ctx, phase, op.hostname+" to be healthy again", func(ctx context.Context) (string, bool) {
+	if err := r.await(ctx, phase, op.hostname+" to be healthy again", func(ctx context.Context) (string, bool) {
 		return r.nodeHealth(ctx, tc, kc, op)
-	})
+	}); err != nil {
+		return err
+	}
+	return r.restarted(ctx, op.hostname)
+}
+
+// restarted closes the journal's restarts of a node that is back and
+// healthy, this run's and an interrupted one's.
+func (r *run) restarted(ctx context.Context, hostname string) error {
+	e := r.e
+	if e.Journal == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	open, err := e.Journal.Open(ctx, e.Key)
+	if err != nil {
+		return fmt.Errorf("reading the run journal: %w", err)
+	}
+	for _, en := range open {
+		if en.Target == hostname && en.Boot != "" {
+			if err := e.Journal.Done(ctx, e.Key, en.ID, nil); err != nil {
+				return fmt.Errorf("recording that %s is back: %w", hostname, err)
+			}
+		}
+	}
+	return nil
 }
 
 // nodeHealth says why a node that came back is not healthy yet, "" when
@@ -476,21 +544,36 @@ func (e *Engine) awaitRestarted(ctx context.Context) {
 	if len(restarted) == 0 || err != nil || bundle == nil {
 		return
 	}
-	inv, err := e.Infra.Observe(ctx)
-	if err != nil {
-		return
-	}
+	wctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
+	defer cancel()
+	// The provider may report no address for a node that is booting:
+	// asked again until each restarted node that exists has one.
 	var endpoints []string
 	addrs := map[string]string{}
-	for _, m := range inv.Machines() {
-		if len(m.Addresses) == 0 {
-			continue
+	for {
+		inv, err := e.Infra.Observe(wctx)
+		if err != nil {
+			return
 		}
-		if m.Role == spec.RoleControlPlane {
-			endpoints = append(endpoints, m.Addresses[0].String())
+		endpoints, addrs = nil, map[string]string{}
+		missing := false
+		for _, m := range inv.Machines() {
+			if len(m.Addresses) == 0 {
+				missing = missing || (restarted[m.Hostname] && m.Running)
+				continue
+			}
+			if m.Role == spec.RoleControlPlane {
+				endpoints = append(endpoints, m.Addresses[0].String())
+			}
+			if restarted[m.Hostname] {
+				addrs[m.Hostname] = m.Addresses[0].String()
+			}
 		}
-		if restarted[m.Hostname] {
-			addrs[m.Hostname] = m.Addresses[0].String()
+		if !missing {
+			break
+		}
+		if retry.Sleep(wctx, e.poll()) != nil {
+			return
 		}
 	}
 	if len(endpoints) == 0 || len(addrs) == 0 {
@@ -501,8 +584,6 @@ func (e *Engine) awaitRestarted(ctx context.Context) {
 		return
 	}
 	defer tc.Close()
-	wctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
-	defer cancel()
 	for _, h := range slices.Sorted(maps.Keys(addrs)) {
 		said := false
 		for {
@@ -521,4 +602,11 @@ func (e *Engine) awaitRestarted(ctx context.Context) {
 			}
 		}
 	}
+}
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

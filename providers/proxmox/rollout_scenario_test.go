@@ -628,3 +628,160 @@ func (w *world) checkWent(t *testing.T, seen versionsSeen, versions ...string) {
 		}
 	}
 }
+
+// TestRolloutPlanOrder: the plan keeps its rollout in order once sorted by
+// phase, whatever each node needs: control planes before workers, each
+// batch of workers after the health gate that follows the batch before,
+// even when one worker only restarts for its config and another is
+// upgraded. A new endpoint together with restarts is refused.
+func TestRolloutPlanOrder(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "order", 3)
+	env := yamlString("machine:\n  env:\n    HTTP_PROXY: http://127.0.0.1:3128\n")
+	for _, tc := range []struct {
+		name string
+		sets [][2]string
+	}{
+		{"restarts everywhere", [][2]string{{"talos.config_patches", env}, {"rollout", "{max_unavailable: 2}"}}},
+		{"control planes restart, workers upgrade", [][2]string{{"controlplane.config_patches", env}, {"workers.worker.extensions", "[siderolabs/iscsi-tools]"}, {"rollout", "{max_unavailable: 2}"}}},
+		{"workers restart for their config while every node is upgraded", [][2]string{{"workers.worker.config_patches", env}, {"talos.version", "v1.13.9"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := planSets(t, ctx, w, tc.sets, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Refusals) > 0 {
+				t.Fatalf("refusals %v", p.Refusals)
+			}
+			checkRolloutOrder(t, p)
+		})
+	}
+	p, err := planSets(t, ctx, w, [][2]string{{"talos.config_patches", env}, {"network.cluster.kubeapi_vip", w.net.Addr().Next().Next().Next().Next().Next().Next().String()}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Refusals) != 1 || !strings.Contains(p.Refusals[0].Reason, "Move the endpoint on its own first") {
+		t.Errorf("a new endpoint with restarts: refusals %v, want the endpoint's", p.Refusals)
+	}
+}
+
+// checkRolloutOrder checks a sorted plan's rollout: no control-plane step
+// after a worker's, and every batch after a cluster gate that comes after
+// the batch before it.
+func checkRolloutOrder(t *testing.T, p *plan.Plan) {
+	t.Helper()
+	first, last := map[int]int{}, map[int]int{}
+	var gates []int
+	workerSeen := false
+	for i, ch := range p.Changes {
+		if (ch.Phase != plan.PhaseApplyConfig && ch.Phase != plan.PhaseUpgrade) || ch.Action == plan.ActionUpgradeKubernetes {
+			continue
+		}
+		if ch.Action == plan.ActionWait && ch.Resource.Kind == plan.KindCluster {
+			gates = append(gates, i)
+			continue
+		}
+		worker := strings.Contains(ch.Resource.Name, "-worker-")
+		if !worker && workerSeen && ch.Resource.Kind != plan.KindKubeconfig {
+			t.Errorf("step %d (%s %s) of a control plane comes after a worker's", i, ch.Action, ch.Resource)
+		}
+		workerSeen = workerSeen || worker
+		if ch.Batch > 0 {
+			if _, ok := first[ch.Batch]; !ok {
+				first[ch.Batch] = i
+			}
+			last[ch.Batch] = i
+		}
+	}
+	for k := 1; k <= len(first); k++ {
+		after := -1
+		if k > 1 {
+			after = last[k-1]
+		}
+		if !slices.ContainsFunc(gates, func(g int) bool { return g > after && g < first[k] }) {
+			t.Errorf("batch %d (steps %d to %d) has no health gate before it, after the batch before", k, first[k], last[k])
+		}
+		for b, i := range first {
+			if b != k && i > first[k] && i < last[k] {
+				t.Errorf("batch %d starts inside batch %d", b, k)
+			}
+		}
+	}
+	if len(first) == 0 {
+		t.Error("the plan has no batch of workers")
+	}
+}
+
+// TestScenarioGateReadsEveryEtcd: the health gate before a control plane
+// goes down reads the etcd service of every control plane; one whose etcd
+// cannot be read (or does not run healthy) keeps the next control plane
+// up, whatever the member list and the Nodes say.
+func TestScenarioGateReadsEveryEtcd(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "etcdgate", 0)
+	cp1, cp3 := w.name+"-controlplane-01", w.name+"-controlplane-03"
+	w.lab.Talos.FailCalls(netip.MustParseAddr(w.nodeAddr(t, cp3)), "ServiceList", 100000, codes.Unavailable)
+	w.set(t, "talos.config_patches", yamlString("machine:\n  env:\n    HTTP_PROXY: http://127.0.0.1:3128\n"))
+	e := w.journaled(t)
+	e.BootTimeout = 3 * time.Second
+	mark := time.Now()
+	err := e.Converge(ctx)
+	if err == nil || !strings.Contains(err.Error(), "its etcd service could not be read") {
+		t.Fatalf("converge with an unreadable etcd: %v", err)
+	}
+	if find(since(w.lab, mark), 0, "talos", "Reboot", w.nodeAddr(t, cp1)) >= 0 {
+		t.Fatal("a control plane was rebooted although another one's etcd could not be read")
+	}
+}
+
+// TestScenarioRunStoppedInARebootWaitResumesThere: a run stopped while it
+// waits for a rebooted control plane leaves the restart open in the
+// journal; the next run's first rollout step is the wait for that node,
+// before any other node is touched, and the restart is closed once it
+// passed.
+func TestScenarioRunStoppedInARebootWaitResumesThere(t *testing.T) {
+	t.Parallel()
+	w, ctx := built(t, "resume", 0)
+	cp1 := w.name + "-controlplane-01"
+	w.set(t, "talos.config_patches", yamlString("machine:\n  env:\n    HTTP_PROXY: http://127.0.0.1:3128\n"))
+	rctx, cancel := context.WithCancel(ctx)
+	e := w.journaled(t)
+	e.Steps = func(ev reconcile.StepEvent) {
+		if ev.Ended.IsZero() && ev.Action == plan.ActionWait && ev.Resource.Name == cp1 {
+			cancel()
+		}
+	}
+	if err := e.Converge(rctx); err == nil {
+		t.Fatal("the stopped run succeeded")
+	}
+	cancel()
+	open, err := state.Local{Dir: w.dir}.Open(ctx, w.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(open, func(en state.Entry) bool { return en.Target == cp1 && en.Boot != "" }) {
+		t.Fatalf("open journal entries %v, want the restart of %s", open, cp1)
+	}
+	e = w.journaled(t)
+	var first string
+	e.Approve = func(p *plan.Plan) error {
+		for _, ch := range p.Changes {
+			if ch.Phase == plan.PhaseApplyConfig {
+				first = string(ch.Action) + " " + ch.Resource.String() + ": " + ch.Reason
+				break
+			}
+		}
+		return nil
+	}
+	if err := e.Converge(ctx); err != nil {
+		t.Fatalf("the next converge: %v", err)
+	}
+	if !strings.HasPrefix(first, "wait machine "+cp1+": an interrupted run restarted this node") {
+		t.Errorf("the next run's first rollout step is %q, want the wait for %s", first, cp1)
+	}
+	open, err = state.Local{Dir: w.dir}.Open(ctx, w.name)
+	if err != nil || len(open) > 0 {
+		t.Errorf("open journal entries after the run: %v %v", open, err)
+	}
+}
