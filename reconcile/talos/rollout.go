@@ -102,9 +102,9 @@ var systemContainerd = &common.ContainerdInstance{Driver: common.ContainerDriver
 // Install pulls an installer image onto a node and installs it for the
 // next boot, as talosctl upgrade does through the lifecycle service: the
 // node keeps running its current system until it reboots, which the
-// caller asks for. legacy is set when the node does not serve the
-// lifecycle service (Talos before 1.13): it was then upgraded with the
-// older call, which cordons, drains and reboots by itself.
+// caller asks for. legacy is set when the node does not serve the image
+// or the lifecycle service (Talos before 1.13): it was then upgraded with
+// the older call, which cordons, drains and reboots by itself.
 func (c *Client) Install(ctx context.Context, node, image string) (legacy bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, UpgradeTimeout)
 	defer cancel()
@@ -123,14 +123,21 @@ func (c *Client) Install(ctx context.Context, node, image string) (legacy bool, 
 		Containerd: systemContainerd,
 		Source:     &machineapi.InstallArtifactsSource{ImageName: image},
 	})
+	if status.Code(err) == codes.Unimplemented {
+		return true, c.legacyUpgrade(ctx, node, image)
+	}
 	if err != nil {
 		return false, fmt.Errorf("installing %s on %s: %w", image, node, err)
 	}
 	var last string
-	for {
+	for first := true; ; first = false {
 		msg, err := up.Recv()
 		if errors.Is(err, io.EOF) {
 			return false, fmt.Errorf("installing %s on %s: the node ended the upgrade without an exit code (last: %q)", image, node, last)
+		}
+		if first && status.Code(err) == codes.Unimplemented {
+			// A node that pulls images but has no lifecycle service.
+			return true, c.legacyUpgrade(ctx, node, image)
 		}
 		if err != nil {
 			return false, fmt.Errorf("installing %s on %s: %w", image, node, err)
