@@ -29,7 +29,7 @@ import (
 // cmd/taloslab's 127.200 to 127.218 and 127.249/250/255, the lab's 127.251
 // to 127.254), as packages' tests run at the same time. 127.167-169,
 // 127.233-235, 127.239, 127.221-230 (but 223, 227, 229) and 127.246-248
-// are this package's too.
+// and 127.1-20 are this package's too.
 var worldNets = func() []int {
 	var out []int
 	for n := 172; n <= 199; n++ {
@@ -38,7 +38,11 @@ var worldNets = func() []int {
 	for n := 101; n <= 119; n++ {
 		out = append(out, n)
 	}
-	return append(out, 167, 168, 169, 233, 234, 235, 239, 221, 222, 224, 225, 226, 228, 230, 246, 247, 248)
+	out = append(out, 167, 168, 169, 233, 234, 235, 239, 221, 222, 224, 225, 226, 228, 230, 246, 247, 248)
+	for n := 1; n <= 20; n++ {
+		out = append(out, n)
+	}
+	return out
 }()
 
 // nextNet returns the next network of worldNets, one per lab world.
