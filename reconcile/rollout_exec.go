@@ -538,7 +538,9 @@ func (e *Engine) awaitRestarted(ctx context.Context) {
 	}
 	restarted := map[string]bool{}
 	for _, en := range open {
-		restarted[en.Target] = restarted[en.Target] || en.Boot != ""
+		if en.Boot != "" {
+			restarted[en.Target] = true
+		}
 	}
 	bundle, err := e.bundle(ctx)
 	if len(restarted) == 0 || err != nil || bundle == nil {
@@ -549,7 +551,7 @@ func (e *Engine) awaitRestarted(ctx context.Context) {
 	// The provider may report no address for a node that is booting:
 	// asked again until each restarted node that exists has one.
 	var endpoints []string
-	addrs := map[string]string{}
+	var addrs map[string]string
 	for {
 		inv, err := e.Infra.Observe(wctx)
 		if err != nil {
