@@ -538,34 +538,13 @@ func (r *run) waitHealthy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.bootTimeout())
-	defer cancel()
-	lastReport := time.Now()
-	var unreadSince time.Time
-	for {
-		why, unread := r.unhealthy(ctx, tc, kc, cps)
-		if why == "" {
-			e.say(plan.PhaseHealth, "healthy: %d machines Ready, %d etcd members", len(r.want.Machines), len(cps))
-			return nil
-		}
-		// A wait is for what changes on its own (a node booting); an API
-		// that keeps answering with errors ends it within the read budget.
-		switch {
-		case !unread:
-			unreadSince = time.Time{}
-		case unreadSince.IsZero():
-			unreadSince = time.Now()
-		case time.Since(unreadSince) >= e.readBudget():
-			return retry.Transient(fmt.Errorf("checking the cluster's health: it could not be read for %s: %s", e.readBudget().Round(time.Second), why))
-		}
-		if time.Since(lastReport) >= e.reportEvery() {
-			lastReport = time.Now()
-			e.say(plan.PhaseHealth, "still waiting for health: %s", why)
-		}
-		if err := retry.Sleep(ctx, e.poll()); err != nil {
-			return fmt.Errorf("waiting for the cluster to be healthy: %s: %w", why, err)
-		}
+	if err := r.await(ctx, plan.PhaseHealth, "the cluster to be healthy", func(ctx context.Context) (string, bool) {
+		return r.unhealthy(ctx, tc, kc, cps)
+	}); err != nil {
+		return err
 	}
+	e.say(plan.PhaseHealth, "healthy: %d machines Ready, %d etcd members", len(r.want.Machines), len(cps))
+	return nil
 }
 
 // unhealthy reads the cluster fresh and returns why it does not pass the
@@ -573,29 +552,7 @@ func (r *run) waitHealthy(ctx context.Context) error {
 // with an error (see healthGate.unmet).
 func (r *run) unhealthy(ctx context.Context, tc *talos.Client, kc *kube.Client, cps []string) (why string, unread bool) {
 	g := healthGate{machines: hostnames(r.want), controlPlanes: controlPlanes(r.want)}
-	f := healthFacts{talos: map[string]error{}}
-	for _, h := range g.machines {
-		if addr, ok := r.addrs[h]; ok {
-			if _, err := tc.Version(ctx, addr); err != nil {
-				f.talos[h] = err
-			}
-		}
-	}
-	f.nodes, f.nodesErr = kc.Nodes(ctx)
-	f.membersErr = errors.New("no control plane has an address")
-	up := map[string]bool{}
-	for h, addr := range r.addrs {
-		_, down := f.talos[h]
-		up[addr] = !down
-	}
-	for _, addr := range cps {
-		f.members, f.membersErr = tc.EtcdMembers(ctx, addr)
-		if f.membersErr == nil {
-			break
-		}
-		f.membersAnswered = f.membersAnswered || up[addr]
-	}
-	return g.unmet(f)
+	return r.healthOf(ctx, tc, kc, g, r.addrs, cps)
 }
 
 func (e *Engine) reportEvery() time.Duration {
