@@ -280,6 +280,8 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 		return r.nodeBack(ctx, st.Phase, op)
 	case setComponent:
 		return r.setComponent(ctx, st.Phase, op)
+	case prePull:
+		return r.prePull(ctx, st.Phase, op)
 	case moveEndpoint:
 		return r.moveEndpoint(ctx, st.Phase, op)
 	case setKubeProxy:

@@ -77,6 +77,13 @@ type (
 		endpoint  string
 		endpoints []string
 	}
+	// prePull pulls a hop's images onto the nodes before the first
+	// component moves, so that each one restarts at once: the control
+	// planes' components into the CRI's namespace, each node's kubelet
+	// into Talos's own.
+	prePull struct {
+		nodes []pullOn
+	}
 	// setKubeProxy moves kube-proxy's DaemonSet to another version and
 	// waits for its rollout.
 	setKubeProxy struct{ image, version string }
@@ -92,6 +99,13 @@ type (
 
 // errSkip leaves a node out of the rollout: what it needs is not known.
 var errSkip = errors.New("not planned")
+
+// pullOn is what a pre-pull pulls onto one node.
+type pullOn struct {
+	nodeRef
+	images  []string
+	kubelet string
+}
 
 // rebootGrace is how long a node has to go down once its restart was
 // asked for: one that still runs the same boot after it never went down,

@@ -612,3 +612,35 @@ func orText(s, def string) string {
 	}
 	return s
 }
+
+// prePull pulls a hop's images onto every node; a node that does not
+// serve image pulls is skipped, as Talos's tooling does.
+func (r *run) prePull(ctx context.Context, phase plan.Phase, op prePull) error {
+	for _, on := range op.nodes {
+		tc, err := r.dial(ctx, on.endpoints)
+		if err != nil {
+			return err
+		}
+		pulls := map[string]bool{}
+		for _, img := range on.images {
+			pulls[img] = false
+		}
+		if on.kubelet != "" {
+			pulls[on.kubelet] = true
+		}
+		for _, img := range slices.Sorted(maps.Keys(pulls)) {
+			pulled, err := tc.Pull(ctx, on.addr, img, pulls[img])
+			if err != nil {
+				if talos.Unreachable(err) {
+					return retry.Transient(err)
+				}
+				return err
+			}
+			if !pulled {
+				r.e.say(phase, "%s does not serve image pulls: its images are pulled when they start", on.hostname)
+				break
+			}
+		}
+	}
+	return nil
+}

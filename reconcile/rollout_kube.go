@@ -168,6 +168,22 @@ func (ro *rollout) planHop(p *plan.Plan, hop, from, to string, base map[string][
 		}
 		final[r.hostname] = cfg
 	}
+	var pulls []pullOn
+	for _, r := range ro.rolls {
+		on := pullOn{nodeRef: r.nodeRef, kubelet: kubeletImage(final[r.hostname])}
+		if r.controlPlane {
+			for _, comp := range components {
+				if img, err := machineconfig.ComponentImage(final[r.hostname], comp); err == nil {
+					on.images = append(on.images, img)
+				}
+			}
+		}
+		pulls = append(pulls, on)
+	}
+	add(plan.Change{Resource: plan.Resource{Kind: plan.KindCluster, Name: "images"},
+		Reason:  fmt.Sprintf("%s: pre-pull the control-plane components' images on each control plane and the kubelet's on every node, so that each restarts at once", hop),
+		Expects: "the nodes answer",
+		Op:      prePull{nodes: pulls}})
 	var proxyImage string
 	for _, r := range ro.rolls {
 		if !r.controlPlane {
@@ -206,6 +222,15 @@ func (ro *rollout) planHop(p *plan.Plan, hop, from, to string, base map[string][
 		base[r.hostname] = final[r.hostname]
 	}
 	return nil
+}
+
+// kubeletImage returns the kubelet image a config names.
+func kubeletImage(config []byte) string {
+	cfg, err := machineconfig.Parse(config)
+	if err != nil || cfg.Machine() == nil {
+		return ""
+	}
+	return cfg.Machine().Kubelet().Image()
 }
 
 // kubeProxyImage returns the kube-proxy image a config names, "" when it

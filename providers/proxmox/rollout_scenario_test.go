@@ -179,6 +179,8 @@ func TestScenarioKubernetesStepsEveryMinor(t *testing.T) {
 	}
 	log := since(w.lab, mark)
 	inOrder(t, log,
+		[3]string{"talos", "ImageService.Pull", w.nodeAddr(t, w.name+"-controlplane-01")},
+		[3]string{"talos", "ImageService.Pull", w.nodeAddr(t, w.name+"-worker-01")},
 		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-controlplane-01")},
 		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-controlplane-02")},
 		[3]string{"talos", "ApplyConfiguration", w.nodeAddr(t, w.name+"-controlplane-03")},

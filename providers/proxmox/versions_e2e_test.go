@@ -31,10 +31,10 @@ func TestRunningNodesKeepTheirVersionsInTheirConfigs(t *testing.T) {
 			upgrades++
 		}
 	}
-	// Three components on each of three control planes, kube-proxy, and
-	// four kubelets.
-	if upgrades != 3*3+1+4 {
-		t.Errorf("%d Kubernetes upgrade steps, want 14", upgrades)
+	// The pre-pull, three components on each of three control planes,
+	// kube-proxy, and four kubelets.
+	if upgrades != 1+3*3+1+4 {
+		t.Errorf("%d Kubernetes upgrade steps, want 15", upgrades)
 	}
 
 	p, err = planSets(t, ctx, w, [][2]string{{"talos.version", "v1.13.9"}}, nil)

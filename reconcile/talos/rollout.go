@@ -178,3 +178,31 @@ func drain[T any](s receiver[T]) error {
 		}
 	}
 }
+
+// criContainerd is the containerd instance of Kubernetes's images (the
+// CRI's "k8s.io" namespace).
+var criContainerd = &common.ContainerdInstance{Driver: common.ContainerDriver_CRI, Namespace: common.ContainerdNamespace_NS_CRI}
+
+// Pull pulls an image onto a node ahead of its use, as Talos's Kubernetes
+// upgrade tooling pre-pulls a hop's images: into the CRI's namespace, or
+// with system into Talos's own (the kubelet's image). pulled is false
+// when the node does not serve image pulls.
+func (c *Client) Pull(ctx context.Context, node, image string, system bool) (pulled bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, UpgradeTimeout)
+	defer cancel()
+	instance := criContainerd
+	if system {
+		instance = systemContainerd
+	}
+	stream, err := c.c.ImageClient.Pull(client.WithNode(ctx, node), &machineapi.ImageServicePullRequest{Containerd: instance, ImageRef: image})
+	if err == nil {
+		err = drain(stream)
+	}
+	switch {
+	case status.Code(err) == codes.Unimplemented:
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("pulling %s on %s: %w", image, node, err)
+	}
+	return true, nil
+}
