@@ -126,7 +126,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) int {
 // must be valid, and the token in X-Subject-Token is described.
 func (s *Server) getToken(w http.ResponseWriter, r *http.Request) int {
 	if !s.authorized(r) {
-		return unauthorized(w)
+		return s.unauthorized(w)
 	}
 	subject := r.Header.Get("X-Subject-Token")
 	t, ok := s.validToken(subject)
@@ -173,8 +173,8 @@ func (s *Server) authorized(r *http.Request) bool {
 
 // unauthorized answers the 401 keystonemiddleware gives a request without a
 // valid token.
-func unauthorized(w http.ResponseWriter) int {
-	w.Header().Set("WWW-Authenticate", "Keystone uri=\"\"")
+func (s *Server) unauthorized(w http.ResponseWriter) int {
+	w.Header().Set("WWW-Authenticate", `Keystone uri="`+s.url+`/identity"`)
 	return writeError(w, http.StatusUnauthorized, unauthorizedMessage, "Unauthorized")
 }
 

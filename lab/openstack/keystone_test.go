@@ -217,6 +217,19 @@ func TestTokenExpiryAndAuthorized(t *testing.T) {
 	if srv.authorized(req) {
 		t.Error("an unknown token is authorized")
 	}
+
+	// Validating with an expired token: 401 with keystonemiddleware's header.
+	get, _ := http.NewRequest(http.MethodGet, srv.URL()+"/identity/v3/auth/tokens", nil)
+	get.Header.Set("X-Auth-Token", id)
+	get.Header.Set("X-Subject-Token", id)
+	resp, err = hc.Do(get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Keystone uri=") {
+		t.Errorf("validating with an expired token: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
 }
 
 func TestFailNextAndLoopbackOnly(t *testing.T) {
