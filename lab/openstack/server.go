@@ -1,0 +1,292 @@
+package openstack
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/taloscluster/taloscluster/lab/labca"
+)
+
+// DefaultRegion is the region of every catalog endpoint when Options.Region
+// is empty (DevStack's and keystone-manage bootstrap's default).
+const DefaultRegion = "RegionOne"
+
+// DefaultTokenTTL is how long an issued token is valid when Options.TokenTTL
+// is zero: Keystone's [token] expiration default, 3600 seconds.
+const DefaultTokenTTL = time.Hour
+
+// DefaultCredential is the application credential accepted when
+// Options.Credentials is empty. Its secret is a lab value, not a credential.
+var DefaultCredential = Credential{
+	ID:     "0a1b2c3d4e5f40718293a4b5c6d7e8f9",
+	Name:   "taloslab",
+	Secret: "lab-secret-0000-4000-8000-00000000cafe",
+}
+
+// Credential is an application credential: Keystone authenticates it by ID
+// and secret, and the token it issues is scoped to the credential's project
+// with the credential's roles.
+type Credential struct {
+	ID, Name, Secret string
+	// Roles are the role names delegated to the credential; nil means
+	// "member" and "reader".
+	Roles []string
+	// Unrestricted is the credential's "unrestricted" flag; tokens report
+	// "restricted": !Unrestricted.
+	Unrestricted bool
+}
+
+// Options configures a Server. The zero value is usable.
+type Options struct {
+	// Region names the region of every catalog endpoint; empty means
+	// DefaultRegion.
+	Region string
+	// Credentials are the application credentials accepted; empty means
+	// DefaultCredential alone.
+	Credentials []Credential
+	// ProjectID, ProjectName, UserID and UserName describe the project the
+	// credentials belong to and the user who created them; empty values
+	// get lab defaults (project "taloslab", user "taloslab", both in the
+	// "Default" domain).
+	ProjectID, ProjectName, UserID, UserName string
+	// TokenTTL is how long an issued token is valid; zero means
+	// DefaultTokenTTL.
+	TokenTTL time.Duration
+	// CA issues the server certificate; nil means a new CA of its own
+	// (see Server.CA).
+	CA *labca.CA
+	// Addr is the listen address; empty means 127.0.0.1:0. It must be a
+	// loopback address.
+	Addr string
+	// Now is the clock for issuing and expiring tokens; nil means time.Now.
+	Now func() time.Time
+}
+
+// Op is one entry of the request log.
+type Op struct {
+	// Time is when the request arrived.
+	Time time.Time
+	// Name is the operation: "identity.versions", "identity.version",
+	// "identity.token.create", "identity.token.get", or "unknown".
+	Name string
+	// Method and Path are the request's; Path is the full URL path.
+	Method, Path string
+	// Status is the HTTP status answered.
+	Status int
+	// Fault is "fail" when the answer was an injected failure.
+	Fault string
+}
+
+// Server is the emulated OpenStack cloud. It is safe for concurrent use.
+type Server struct {
+	opts  Options
+	ca    *labca.CA
+	now   func() time.Time
+	ttl   time.Duration
+	ln    net.Listener
+	hs    *http.Server
+	mux   *http.ServeMux
+	url   string
+	done  chan error
+	close sync.Once
+
+	mu     sync.Mutex
+	tokens map[string]*token
+	log    []Op
+	faults map[string]*fault
+}
+
+type fault struct {
+	n      int
+	status int
+}
+
+// New starts a Server listening on a loopback address over HTTPS.
+func New(o Options) (*Server, error) {
+	if o.Region == "" {
+		o.Region = DefaultRegion
+	}
+	if len(o.Credentials) == 0 {
+		o.Credentials = []Credential{DefaultCredential}
+	}
+	if o.ProjectID == "" {
+		o.ProjectID = "5f3e1c0a9b8d4e2f8a7b6c5d4e3f2a1b"
+	}
+	if o.ProjectName == "" {
+		o.ProjectName = "taloslab"
+	}
+	if o.UserID == "" {
+		o.UserID = "9d8c7b6a5f4e4d3c8b2a1f0e9d8c7b6a"
+	}
+	if o.UserName == "" {
+		o.UserName = "taloslab"
+	}
+	if o.Addr == "" {
+		o.Addr = "127.0.0.1:0"
+	}
+	s := &Server{
+		opts:   o,
+		ca:     o.CA,
+		now:    o.Now,
+		ttl:    o.TokenTTL,
+		mux:    http.NewServeMux(),
+		done:   make(chan error, 1),
+		tokens: map[string]*token{},
+		faults: map[string]*fault{},
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.ttl == 0 {
+		s.ttl = DefaultTokenTTL
+	}
+	host, _, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen address %q: %w", o.Addr, err)
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return nil, fmt.Errorf("listen address %q is not a loopback IP address", o.Addr)
+	}
+	if s.ca == nil {
+		if s.ca, err = labca.New("lab OpenStack CA"); err != nil {
+			return nil, err
+		}
+	}
+	tlsConf, err := s.ca.ServerTLS(host)
+	if err != nil {
+		return nil, err
+	}
+	s.routes()
+	if s.ln, err = net.Listen("tcp", o.Addr); err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", o.Addr, err)
+	}
+	s.url = "https://" + s.ln.Addr().String()
+	s.hs = &http.Server{Handler: s, TLSConfig: tlsConf, ReadHeaderTimeout: 10 * time.Second}
+	go func() { s.done <- s.hs.ServeTLS(s.ln, "", "") }()
+	return s, nil
+}
+
+// URL is the server's base URL, https://127.0.0.1:port without a trailing
+// slash. Keystone is at URL()+"/identity/v3".
+func (s *Server) URL() string { return s.url }
+
+// CA is the certificate authority whose certificate the server presents.
+func (s *Server) CA() *labca.CA { return s.ca }
+
+// Close stops the server and waits for it to stop serving.
+func (s *Server) Close() error {
+	var err error
+	s.close.Do(func() {
+		err = s.hs.Close()
+		if e := <-s.done; e != nil && !errors.Is(e, http.ErrServerClosed) && err == nil {
+			err = e
+		}
+	})
+	return err
+}
+
+// Log returns a copy of the request log.
+func (s *Server) Log() []Op {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Op(nil), s.log...)
+}
+
+// FailNext makes the next n requests of operation name (see Op.Name) answer
+// status with the service's error body, without their effect.
+func (s *Server) FailNext(name string, n, status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n <= 0 {
+		delete(s.faults, name)
+		return
+	}
+	s.faults[name] = &fault{n: n, status: status}
+}
+
+// opHandler is an operation: a name for the log and faults, and its handler.
+type opHandler struct {
+	name string
+	fn   func(w http.ResponseWriter, r *http.Request) int
+}
+
+// handle registers an operation on the mux.
+func (s *Server) handle(pattern, name string, fn func(w http.ResponseWriter, r *http.Request) int) {
+	s.mux.Handle(pattern, opHandler{name: name, fn: fn})
+}
+
+func (opHandler) ServeHTTP(http.ResponseWriter, *http.Request) {} // routing only
+
+// ServeHTTP routes a request, applies faults and records it in the log.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := s.now()
+	h, _ := s.mux.Handler(r)
+	op, ok := h.(opHandler)
+	if !ok {
+		op = opHandler{name: "unknown", fn: func(w http.ResponseWriter, r *http.Request) int {
+			return writeError(w, http.StatusNotFound, "The resource could not be found.", "Not Found")
+		}}
+	}
+	entry := Op{Time: start, Name: op.name, Method: r.Method, Path: r.URL.Path}
+	s.mu.Lock()
+	f := s.faults[op.name]
+	if f != nil {
+		if f.n--; f.n <= 0 {
+			delete(s.faults, op.name)
+		}
+	}
+	s.mu.Unlock()
+	if f != nil {
+		entry.Fault = "fail"
+		entry.Status = writeError(w, f.status, "injected failure", http.StatusText(f.status))
+	} else {
+		entry.Status = op.fn(w, r)
+	}
+	s.mu.Lock()
+	s.log = append(s.log, entry)
+	s.mu.Unlock()
+}
+
+// writeJSON answers v as JSON with status and returns status.
+func writeJSON(w http.ResponseWriter, status int, v any) int {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return status
+}
+
+// writeError answers Keystone's error document
+// {"error": {"code", "message", "title"}}.
+func writeError(w http.ResponseWriter, status int, message, title string) int {
+	return writeJSON(w, status, map[string]any{"error": map[string]any{
+		"code": status, "message": message, "title": title,
+	}})
+}
+
+// newID returns 32 random hex digits, the form of Keystone's IDs.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// stableID is 32 hex digits derived from kind and name, so that IDs of
+// catalog entries and roles are the same in every run.
+func stableID(kind, name string) string {
+	sum := sha256.Sum256([]byte(kind + "/" + name))
+	return hex.EncodeToString(sum[:16])
+}
