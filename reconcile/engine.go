@@ -14,6 +14,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 
+	"github.com/taloscluster/taloscluster/reconcile/kube"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/retry"
@@ -497,7 +498,7 @@ func keepNewerComponents(desired, running []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if hv := imageTag(have); hv != "" && older(imageTag(want), hv) {
+		if hv := kube.ImageTag(have); hv != "" && older(kube.ImageTag(want), hv) {
 			if desired, err = machineconfig.WithComponentVersion(desired, comp, hv); err != nil {
 				return nil, err
 			}
@@ -521,23 +522,13 @@ func runningVersions(obs *Observation, hostname string) (talosVersion, kubeVersi
 	if ok && n.Unknown == "" && !n.Maintenance {
 		talosVersion = n.Version
 		if cfg, err := machineconfig.Parse(n.Config); n.Config != nil && err == nil && cfg.Machine() != nil {
-			kubeVersion = imageTag(cfg.Machine().Kubelet().Image())
+			kubeVersion = kube.ImageTag(cfg.Machine().Kubelet().Image())
 		}
 	}
 	if kubeVersion == "" && obs.Kube.Unknown == "" {
 		kubeVersion = obs.Kube.Version
 	}
 	return talosVersion, kubeVersion
-}
-
-// imageTag returns an image reference's tag, "" when it has none (a
-// colon before the last slash is a registry's port).
-func imageTag(image string) string {
-	i := strings.LastIndexByte(image, ':')
-	if i < 0 || strings.ContainsRune(image[i:], '/') {
-		return ""
-	}
-	return image[i+1:]
 }
 
 // PlanDestroy returns what Destroy would delete, without changing anything.

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/taloscluster/taloscluster/reconcile/kube"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
@@ -115,8 +118,7 @@ const rebootGrace = 120 * time.Second
 // roll is what a rollout does to one running node.
 type roll struct {
 	nodeRef
-	number int
-	facts  NodeFacts
+	facts NodeFacts
 	// apply is the config to give the node at the versions it runs, nil
 	// when it has it; applyRestart lists the changed paths that take
 	// effect only at a restart.
@@ -293,7 +295,7 @@ func (ro *rollout) read(p *plan.Plan) error {
 			continue // unread: the plan is incomplete for it
 		}
 		r := roll{nodeRef: nodeRef{hostname: m.Hostname, addr: n.Address, controlPlane: m.Role() == spec.RoleControlPlane},
-			number: m.Number, facts: n, pending: have.RestartPending}
+			facts: n, pending: have.RestartPending}
 		if !want.Restart && len(have.RestartPending) > 0 {
 			p.Warn(fmt.Sprintf("%s: restart pending (%s): the change takes effect at the machine's next restart; converge --reboot restarts it", m.Hostname, strings.Join(have.RestartPending, ", ")))
 			r.pending = nil
@@ -525,8 +527,8 @@ func (ro *rollout) backText(r roll) string {
 // minorsApart returns how many minor releases b is ahead of a (same
 // major); 0 when it is not ahead or a version does not parse.
 func minorsApart(a, b string) int {
-	va, err1 := parseSemver(a)
-	vb, err2 := parseSemver(b)
+	va, err1 := version.ParseGeneric(a)
+	vb, err2 := version.ParseGeneric(b)
 	if err1 != nil || err2 != nil || va.Major() != vb.Major() || vb.Minor() <= va.Minor() {
 		return 0
 	}
@@ -535,7 +537,7 @@ func minorsApart(a, b string) int {
 
 // nextMinor names the minor release line after v's, such as v1.14.
 func nextMinor(v string) string {
-	pv, err := parseSemver(v)
+	pv, err := version.ParseGeneric(v)
 	if err != nil {
 		return "next"
 	}
@@ -573,7 +575,7 @@ func (ro *rollout) newSchematic(hostname string, n NodeFacts, installer string) 
 // schematicID returns the schematic of an Image Factory installer image
 // (<host>/installer/<schematic>:<version>), "" for another image.
 func schematicID(image string) string {
-	if t := imageTag(image); t != "" {
+	if t := kube.ImageTag(image); t != "" {
 		image = strings.TrimSuffix(image, ":"+t)
 	}
 	parts := strings.Split(image, "/")

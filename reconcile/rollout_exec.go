@@ -171,7 +171,7 @@ func (r *run) applyConfig(ctx context.Context, phase plan.Phase, op applyConfig)
 	if err != nil {
 		return err
 	}
-	res, err := tc.ApplyConfig(ctx, op.addr, op.config, !op.staged)
+	details, err := tc.ApplyConfig(ctx, op.addr, op.config, !op.staged)
 	switch {
 	case err != nil && !op.staged && talos.NotLive(err):
 		return retry.Terminal(fmt.Errorf("%s refused to apply its new config live, although this engine found only changes Talos applies live; nothing was restarted: %w", op.hostname, err))
@@ -180,7 +180,7 @@ func (r *run) applyConfig(ctx context.Context, phase plan.Phase, op applyConfig)
 	case err != nil:
 		return err
 	}
-	r.e.say(phase, "%s: %s", op.hostname, firstLine(res.Details))
+	r.e.say(phase, "%s: %s", op.hostname, firstLine(details))
 	return nil
 }
 

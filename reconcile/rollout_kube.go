@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
-	"k8s.io/apimachinery/pkg/util/version"
 
+	"github.com/taloscluster/taloscluster/reconcile/kube"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
@@ -100,13 +100,13 @@ func runningKubernetes(r roll) []string {
 		return nil
 	}
 	var out []string
-	if v := imageTag(cfg.Machine().Kubelet().Image()); v != "" {
+	if v := kube.ImageTag(cfg.Machine().Kubelet().Image()); v != "" {
 		out = append(out, v)
 	}
 	if r.controlPlane {
 		for _, comp := range components {
-			if img, err := machineconfig.ComponentImage(r.facts.Config, comp); err == nil && imageTag(img) != "" {
-				out = append(out, imageTag(img))
+			if img, err := machineconfig.ComponentImage(r.facts.Config, comp); err == nil && kube.ImageTag(img) != "" {
+				out = append(out, kube.ImageTag(img))
 			}
 		}
 	}
@@ -248,9 +248,4 @@ func orDomain(d, def plan.Domain) plan.Domain {
 		return def
 	}
 	return d
-}
-
-// parseSemver reads a version such as v1.36.2.
-func parseSemver(v string) (*version.Version, error) {
-	return version.ParseGeneric(v)
 }

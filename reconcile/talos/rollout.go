@@ -44,22 +44,13 @@ func (c *Client) BootID(ctx context.Context, node string) (string, error) {
 	return id, nil
 }
 
-// Applied is how a node took a machine config.
-type Applied struct {
-	// Rebooting is set when the node reboots by itself to apply it (Talos
-	// 1.13 with a change it cannot apply live).
-	Rebooting bool
-	// Details is the node's own words, such as "Applied configuration
-	// without a reboot".
-	Details string
-}
-
 // ApplyConfig gives a running node a new machine config. live asks for
 // the NO_REBOOT mode, which Talos 1.13 refuses when the change cannot be
 // applied without a reboot; otherwise the config is STAGED for the next
 // boot, which the caller causes: the same on Talos 1.13 and 1.14, whose
-// AUTO mode differ (1.14 never reboots).
-func (c *Client) ApplyConfig(ctx context.Context, node string, data []byte, live bool) (Applied, error) {
+// AUTO mode differ (1.14 never reboots). It returns the node's own words,
+// such as "Applied configuration without a reboot".
+func (c *Client) ApplyConfig(ctx context.Context, node string, data []byte, live bool) (details string, err error) {
 	ctx, cancel := call(ctx, node)
 	defer cancel()
 	mode := machineapi.ApplyConfigurationRequest_STAGED
@@ -68,14 +59,12 @@ func (c *Client) ApplyConfig(ctx context.Context, node string, data []byte, live
 	}
 	resp, err := c.c.ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: data, Mode: mode})
 	if err != nil {
-		return Applied{}, fmt.Errorf("applying the machine config to %s: %w", node, err)
+		return "", fmt.Errorf("applying the machine config to %s: %w", node, err)
 	}
-	var out Applied
 	for _, m := range resp.GetMessages() {
-		out.Rebooting = out.Rebooting || m.GetMode() == machineapi.ApplyConfigurationRequest_REBOOT
-		out.Details = strings.TrimSpace(m.GetModeDetails())
+		details = strings.TrimSpace(m.GetModeDetails())
 	}
-	return out, nil
+	return details, nil
 }
 
 // NotLive reports whether an apply was refused because the change cannot
