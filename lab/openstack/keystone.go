@@ -35,6 +35,9 @@ func (s *Server) routes() {
 	s.handle("GET /identity/v3/{$}", "identity.version", s.identityVersionV3)
 	s.handle("POST /identity/v3/auth/tokens", "identity.token.create", s.createToken)
 	s.handle("GET /identity/v3/auth/tokens", "identity.token.get", s.getToken)
+	s.computeRoutes()
+	s.networkRoutes()
+	s.imageRoutes()
 }
 
 // v3Version is the v3 entry of the version documents.

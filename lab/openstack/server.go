@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -68,6 +69,83 @@ type Options struct {
 	Addr string
 	// Now is the clock for issuing and expiring tokens; nil means time.Now.
 	Now func() time.Time
+
+	// ExternalNetworks are the provider networks that exist before any
+	// client call (router:external, shared), with the subnet floating IPs
+	// are allocated from; empty means one network "ext-net" on
+	// 127.44.0.0/24.
+	ExternalNetworks []ExternalNetwork
+	// Flavors are the Nova flavors; empty means DefaultFlavors.
+	Flavors []Flavor
+	// AvailabilityZones are Nova's zones; empty means "nova" alone.
+	AvailabilityZones []string
+	// BuildDelay is how long a server stays in BUILD before it turns
+	// ACTIVE (or ERROR); zero means 50 ms.
+	BuildDelay time.Duration
+	// Machines, when set, is told when servers boot, stop and go away,
+	// so that the lab can run a simulated machine for each.
+	Machines MachineHooks
+	// FloatingIPs, when set, is called with the whole table of associated
+	// floating IPs (floating address -> fixed address) each time it
+	// changes, so that the lab can forward traffic (Neutron's NAT). It is
+	// called without the server's lock held, in order.
+	FloatingIPs func(table map[netip.Addr]netip.Addr)
+}
+
+// ExternalNetwork is a provider network with router:external set.
+type ExternalNetwork struct {
+	Name string
+	// CIDR is the network's one subnet; floating IPs and router gateway
+	// addresses come from its hosts .10 and up.
+	CIDR netip.Prefix
+}
+
+// Flavor is a Nova flavor.
+type Flavor struct {
+	ID, Name string
+	VCPUs    int
+	RAMMB    int
+	DiskGB   int
+}
+
+// DefaultFlavors are the flavors of a Server whose Options name none.
+var DefaultFlavors = []Flavor{
+	{ID: "1", Name: "m1.small", VCPUs: 1, RAMMB: 2048, DiskGB: 20},
+	{ID: "2", Name: "gp.medium", VCPUs: 2, RAMMB: 4096, DiskGB: 40},
+	{ID: "3", Name: "gp.large", VCPUs: 4, RAMMB: 8192, DiskGB: 80},
+	{ID: "4", Name: "gp.xlarge", VCPUs: 8, RAMMB: 16384, DiskGB: 160},
+}
+
+// MachineHooks lets the lab turn servers into simulated machines. The
+// calls come from one goroutine, in the order the servers changed state,
+// without the server's lock held, so they may call the Server.
+type MachineHooks interface {
+	// ServerUp is called when a server starts running: when it first
+	// turns ACTIVE and when it comes back from a reboot.
+	ServerUp(s ServerInfo)
+	// ServerDown is called when a running server stops (a reboot calls
+	// ServerDown then ServerUp).
+	ServerDown(id string)
+	// ServerDeleted is called once a server is gone with its boot volume
+	// (after ServerDown if it ran).
+	ServerDeleted(id string)
+}
+
+// ServerInfo describes a server to MachineHooks.ServerUp. Slices are
+// copies.
+type ServerInfo struct {
+	ID, Name string
+	// Addrs are the fixed IP addresses of the server's ports, in the
+	// order of its networks.
+	Addrs []netip.Addr
+	// UserData is the decoded user data the server was created with
+	// (empty when none).
+	UserData []byte
+	// Image is the ID of the Glance image the boot volume was made from.
+	Image string
+	// Flavor, AvailabilityZone and Tags are the server's.
+	Flavor, AvailabilityZone string
+	Tags                     []string
 }
 
 // Op is one entry of the request log.
