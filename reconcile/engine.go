@@ -230,7 +230,10 @@ func (e *Engine) poll() time.Duration {
 }
 
 // Endpoint returns the cluster's Kubernetes API endpoint and its Layer-2
-// VIP as known from the configuration.
+// VIP as known from the configuration alone: cluster.yaml's kubeapi_vip,
+// or, where the provider allocates the address (OpenStack), a stand-in
+// name under .invalid that only checks of a config's shape may use. The
+// engine itself takes the endpoint from the provider's observation.
 func Endpoint(c *spec.Cluster) (string, netip.Addr) {
 	if vip, _ := c.Network.KubeAPIVIP(); vip.IsValid() {
 		return "https://" + netip.AddrPortFrom(vip, 6443).String(), vip
@@ -249,6 +252,11 @@ func (e *Engine) Desired(ctx context.Context) (*Desired, error) {
 // versions it runs, as obs found them (nil: cluster.yaml's versions).
 func (e *Engine) desired(ctx context.Context, obs *Observation) (*Desired, error) {
 	want := &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster), Configs: map[string][]byte{}, Restart: e.Reboot}
+	inv := e.Infra.Empty()
+	if obs != nil {
+		inv = obs.Inventory
+	}
+	want.API = apiEndpoint(e.Cluster, e.Infra, inv)
 	bundle, err := e.bundle(ctx)
 	if err != nil || bundle == nil {
 		return want, err
@@ -271,7 +279,10 @@ func (e *Engine) Plan(ctx context.Context) (*plan.Plan, error) {
 // nothing, asking no one.
 func OfflinePlan(c *spec.Cluster, warnings []spec.Problem, infra Infra) (*plan.Plan, error) {
 	want := &Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}}
-	return Plan(want, Offline(infra), infra, warnings)
+	obs := Offline(infra)
+	want.API = apiEndpoint(c, infra, obs.Inventory)
+	obs.API = want.API
+	return Plan(want, obs, infra, warnings)
 }
 
 // observe reads the cluster, then what it should be. A node that exists
@@ -435,9 +446,15 @@ func (e *Engine) recheck(ctx context.Context, open []state.Entry, p *plan.Plan) 
 // back. want.ConfigAt generates configs at other versions, for the later
 // steps of a rollout.
 func (e *Engine) configs(want *Desired, bundle *secrets.Bundle, obs *Observation) error {
-	endpoint, vip := Endpoint(e.Cluster)
+	if !want.API.Known {
+		// Made by the step after the network phase, from the endpoint
+		// the provider then reports.
+		want.ConfigAt = nil
+		return nil
+	}
+	api := want.API
 	gen := func(m machineconfig.Machine, talosVersion, kubeVersion string) ([]byte, error) {
-		in := machineconfig.Input{Cluster: e.Cluster, Secrets: bundle, Endpoint: endpoint, VIP: vip,
+		in := machineconfig.Input{Cluster: e.Cluster, Secrets: bundle, Endpoint: api.URL, VIP: api.VIP, PublicAddr: api.PublicAddr,
 			TalosVersion: talosVersion, KubernetesVersion: kubeVersion}
 		cfg, err := machineconfig.Generate(in, m)
 		if err != nil {

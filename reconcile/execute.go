@@ -249,6 +249,8 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 		return r.bootstrap(ctx, op.hostname)
 	case writeKubeconfig:
 		return r.writeKubeconfig(ctx)
+	case makeConfigs:
+		return r.makeConfigs(ctx)
 	case waitAddresses:
 		r.unreadAddrs = op.unread
 		_, err := r.waitAddresses(ctx)
@@ -518,6 +520,9 @@ func (r *run) writeKubeconfig(ctx context.Context) error {
 		return err
 	})
 	if err != nil {
+		return err
+	}
+	if data, err = forPeople(data, r.want.API); err != nil {
 		return err
 	}
 	if err := e.State.Put(ctx, e.Key, KubeconfigFile, data); err != nil {

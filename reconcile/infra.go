@@ -71,6 +71,10 @@ type Desired struct {
 	// Kubernetes versions (a rollout's later steps); nil without an
 	// identity. It does no I/O.
 	ConfigAt func(hostname, talosVersion, kubernetesVersion string) ([]byte, error)
+	// API is the cluster's Kubernetes API endpoint; not Known before the
+	// provider allocated it (the configs are then made in a step after
+	// the network phase, and Configs stays empty until then).
+	API API
 	// Restart asks for the restart of the machines whose provider changes
 	// wait for one (converge --reboot).
 	Restart bool

@@ -23,7 +23,7 @@ func planKubeconfig(p *plan.Plan, want *Desired, obs *Observation) {
 		return
 	}
 	first := controlPlanes(want)[0]
-	endpoint, _ := Endpoint(want.Cluster)
+	endpoint := want.API.Kubeconfig()
 	reason := "admin kubeconfig from " + first + ", written with mode 0600"
 	switch running, known := obs.Running(); {
 	case running:

@@ -35,6 +35,8 @@ type Observation struct {
 	At time.Time
 	// Inventory is what the provider owns for the cluster.
 	Inventory Inventory
+	// API is the cluster's API endpoint as the inventory shows it.
+	API API
 	// State is which of the cluster's state files exist.
 	State StateFacts
 	// Nodes holds the Talos facts of each owned machine that has an
@@ -150,7 +152,7 @@ func (e *Engine) Observe(ctx context.Context) (*Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	obs := &Observation{Inventory: inv, Nodes: map[string]NodeFacts{}, At: e.now()}
+	obs := &Observation{Inventory: inv, Nodes: map[string]NodeFacts{}, At: e.now(), API: apiEndpoint(e.Cluster, e.Infra, inv)}
 	if err := e.observeState(ctx, obs); err != nil {
 		return nil, err
 	}
@@ -348,7 +350,7 @@ func (e *Engine) observeKube(ctx context.Context, obs *Observation, tc *talos.Cl
 		}
 		obs.Kube.Recovered = true
 	}
-	kc, err := kube.New(data)
+	kc, err := kubeClient(data, obs.API)
 	if err != nil {
 		obs.Kube.Unknown = err.Error()
 		return

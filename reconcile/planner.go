@@ -100,6 +100,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 	if err := add(plan.PhaseNetwork); err != nil {
 		return nil, err
 	}
+	planConfigs(p, want, obs)
 	if err := add(plan.PhaseCompute); err != nil {
 		return nil, err
 	}
@@ -158,6 +159,9 @@ func describeMachines(p *plan.Plan, want *Desired) error {
 		}
 		m := want.Machines[j]
 		config := "made from the new identity"
+		if !want.API.Known {
+			config = "made once the API endpoint is known (after network)"
+		}
 		if data, ok := want.Configs[m.Hostname]; ok {
 			d, err := machineconfig.Digest(data)
 			if err != nil {

@@ -40,7 +40,7 @@ func converged(t testing.TB) (*reconcile.Desired, *reconcile.Observation) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}}
+	want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}, API: reconcile.ConfiguredAPI(c)}
 	obs := &reconcile.Observation{
 		State: reconcile.StateFacts{Secrets: true, Talosconfig: true, Kubeconfig: true, TalosconfigContext: c.Name},
 		Nodes: map[string]reconcile.NodeFacts{},

@@ -32,7 +32,7 @@ func TestPlanCoversWhatReachesANewNode(t *testing.T) {
 	}
 	planOfCluster := func(t *testing.T, c *spec.Cluster, identity bool) *plan.Plan {
 		t.Helper()
-		want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}}
+		want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}, API: reconcile.ConfiguredAPI(c)}
 		if identity {
 			endpoint, vip := reconcile.Endpoint(c)
 			in := machineconfig.Input{Cluster: c, Secrets: bundle, Endpoint: endpoint, VIP: vip}

@@ -252,9 +252,9 @@ func planRollout(p *plan.Plan, want *Desired, obs *Observation, infra Infra) err
 // kubeapi_vip) once the control planes got their configs, one at a time,
 // and the new endpoint answers.
 func (ro *rollout) planEndpoint(p *plan.Plan) {
-	endpoint, _ := Endpoint(ro.want.Cluster)
+	endpoint := ro.want.API.Kubeconfig()
 	have := ro.obs.State.KubeconfigServer
-	if have == "" || have == endpoint || len(ro.endpoints) == 0 {
+	if !ro.want.API.Known || have == "" || have == endpoint || len(ro.endpoints) == 0 {
 		return
 	}
 	if ro.downs() || ro.phase == plan.PhaseUpgrade || !sameVersion(ro.obs.Kube.Version, ro.want.Cluster.Kubernetes.Version) {
@@ -267,7 +267,7 @@ func (ro *rollout) planEndpoint(p *plan.Plan) {
 		Reason:     "the Kubernetes API endpoint changed: the kubeconfig is rewritten once the new endpoint answers, right after every control plane has its new config; talosconfig names the nodes, not the endpoint, and stays",
 		Attributes: []plan.Attribute{{Key: "server", Value: have + " -> " + endpoint}},
 		Expects:    "a control plane answers the Talos API",
-		Op:         moveEndpoint{endpoint: endpoint, endpoints: ro.endpoints}})
+		Op:         moveEndpoint{endpoint: ro.want.API.URL, endpoints: ro.endpoints}})
 }
 
 // read works out each running node's roll, refusing what cannot be done.

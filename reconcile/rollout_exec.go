@@ -514,6 +514,9 @@ func (r *run) moveEndpoint(ctx context.Context, phase plan.Phase, op moveEndpoin
 	if err != nil {
 		return err
 	}
+	if data, err = forPeople(data, r.want.API); err != nil {
+		return err
+	}
 	if err := r.e.State.Put(ctx, r.e.Key, KubeconfigFile, data); err != nil {
 		return fmt.Errorf("storing the kubeconfig for %s: %w", op.endpoint, err)
 	}

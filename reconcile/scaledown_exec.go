@@ -61,7 +61,7 @@ func (r *run) kube(ctx context.Context) (*kube.Client, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: there is no %s", ErrPrecondition, KubeconfigFile)
 	}
-	kc, err := kube.New(data)
+	kc, err := kubeClient(data, r.want.API)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ func TestFinalizeLeavesNoConfigISO(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &Provider{c: c}
-	want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c)}
+	want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c), API: reconcile.ConfiguredAPI(c)}
 	first := want.Machines[0].Hostname
 	attached := map[string]string{"ide2": "local:iso/talos.iso,media=cdrom", "ide3": p.cidataVolume(first) + ",media=cdrom"}
 	detached := map[string]string{"ide2": "none,media=cdrom"}

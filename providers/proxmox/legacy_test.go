@@ -96,7 +96,7 @@ func TestImageAdoptsPythonBootISO(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &Provider{c: c}
-	want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c)}
+	want := &reconcile.Desired{Cluster: c, Machines: machineconfig.Machines(c), API: reconcile.ConfiguredAPI(c)}
 	node := "pve1"
 	if len(c.Proxmox.Nodes) > 0 {
 		node = c.Proxmox.Nodes[0]

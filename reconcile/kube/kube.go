@@ -40,9 +40,19 @@ type Client struct {
 
 // New builds a client from kubeconfig bytes.
 func New(kubeconfig []byte) (*Client, error) {
+	return NewAt(kubeconfig, "")
+}
+
+// NewAt builds a client from kubeconfig bytes that talks to server instead
+// of the server the kubeconfig names (when server is not empty), with the
+// kubeconfig's credentials and CA: another address of the same API.
+func NewAt(kubeconfig []byte, server string) (*Client, error) {
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	if server != "" {
+		cfg.Host = server
 	}
 	cfg.Timeout = CallTimeout
 	// The client certificate or token goes with every request: a redirect
@@ -66,6 +76,22 @@ func Server(kubeconfig []byte) string {
 		return ""
 	}
 	return cfg.Host
+}
+
+// WithServer returns the kubeconfig with every cluster entry naming server.
+func WithServer(kubeconfig []byte, server string) ([]byte, error) {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	return out, nil
 }
 
 // NewFromInterface wraps an existing clientset (for tests).

@@ -67,6 +67,10 @@ type Input struct {
 	// when known. Control planes then carry a Layer2VIPConfig on the NIC the
 	// address belongs to, and it is added to the certificate SANs.
 	VIP netip.Addr
+	// PublicAddr is an address in front of the VIP that people reach the
+	// API at (OpenStack's floating IP), when there is one: it is added to
+	// the certificate SANs.
+	PublicAddr netip.Addr
 	// ImageFactory is the installer registry host. Empty means the host of
 	// proxmox.image_factory when set, else DefaultImageFactory.
 	ImageFactory string
@@ -231,8 +235,10 @@ func baseConfig(in Input, m Machine) (coreconfig.Provider, error) {
 	}
 
 	sans := []string{endpoint.Hostname()}
-	if in.VIP.IsValid() && !slices.Contains(sans, in.VIP.String()) {
-		sans = append(sans, in.VIP.String())
+	for _, a := range []netip.Addr{in.VIP, in.PublicAddr} {
+		if a.IsValid() && !slices.Contains(sans, a.String()) {
+			sans = append(sans, a.String())
+		}
 	}
 
 	genIn, err := generate.NewInput(c.Name, in.Endpoint, kubeVersion,

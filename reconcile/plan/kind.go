@@ -52,6 +52,9 @@ const (
 	// KindCluster is the cluster as a whole, for cluster-wide operations
 	// such as a Kubernetes upgrade.
 	KindCluster ResourceKind = "cluster"
+	// KindMachineConfigs are the machine configs of the machines a run
+	// creates, made in memory once the API endpoint is known.
+	KindMachineConfigs ResourceKind = "machine-configs"
 	// KindKubeconfig is the kubeconfig client file.
 	KindKubeconfig ResourceKind = "kubeconfig"
 	// KindPlugin is a configured plugin's converge hook.

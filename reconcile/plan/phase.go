@@ -21,8 +21,8 @@ const (
 	// PhaseNetwork ensures networks, ports, security groups, pools and
 	// firewall, and writes talosconfig.
 	PhaseNetwork Phase = "network"
-	// PhaseDiscover probes the Kubernetes API and recovers a missing
-	// kubeconfig.
+	// PhaseDiscover learns the API endpoint the network phase allocated
+	// (OpenStack) and makes the new machines' configs from it.
 	PhaseDiscover Phase = "discover"
 	// PhaseScaleDown drains, resets and removes surplus machines.
 	PhaseScaleDown Phase = "scale-down"

@@ -1,0 +1,161 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/taloscluster/taloscluster/reconcile/kube"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+// UnknownEndpoint is how a plan shows the Kubernetes API endpoint before
+// the provider has allocated its address (in the network phase).
+const UnknownEndpoint = "(known after network)"
+
+// API is the cluster's Kubernetes API endpoint.
+type API struct {
+	// URL is the endpoint the machine configs name and the engine talks
+	// to, such as https://10.0.0.10:6443: the Layer-2 VIP the control
+	// planes share. Empty while not Known.
+	URL string
+	// VIP is the address in URL.
+	VIP netip.Addr
+	// Public is the endpoint written in the kubeconfig for people when it
+	// differs from URL (OpenStack's floating IP in front of the VIP); ""
+	// otherwise. PublicAddr is its address, which the certificates name.
+	Public     string
+	PublicAddr netip.Addr
+	// Known is false while the provider has not allocated the addresses.
+	Known bool
+}
+
+// Kubeconfig returns the server the kubeconfig for people names: Public
+// when there is one, else URL; UnknownEndpoint while not known.
+func (a API) Kubeconfig() string {
+	switch {
+	case !a.Known:
+		return UnknownEndpoint
+	case a.Public != "":
+		return a.Public
+	}
+	return a.URL
+}
+
+// Endpointer is an optional capability of an Infra whose provider, not
+// cluster.yaml, allocates the API's addresses (OpenStack's reserved kubeapi
+// port and its floating IP).
+type Endpointer interface {
+	// APIEndpoint returns, from what was observed, the Layer-2 VIP the
+	// control planes share and the public address in front of it
+	// (invalid when there is none); ok is false while the VIP does not
+	// exist yet. It does no I/O.
+	APIEndpoint(have Inventory) (vip, public netip.Addr, ok bool)
+}
+
+// apiEndpoint returns the cluster's API endpoint: the provider's when it
+// allocates it, else cluster.yaml's kubeapi_vip.
+func apiEndpoint(c *spec.Cluster, infra Infra, have Inventory) API {
+	if ep, ok := infra.(Endpointer); ok {
+		vip, public, ok := ep.APIEndpoint(have)
+		if !ok || !vip.IsValid() {
+			return API{}
+		}
+		a := API{URL: apiURL(vip), VIP: vip, Known: true}
+		if public.IsValid() && public != vip {
+			a.Public, a.PublicAddr = apiURL(public), public
+		}
+		return a
+	}
+	return ConfiguredAPI(c)
+}
+
+// ConfiguredAPI is the endpoint cluster.yaml names (Proxmox's kubeapi_vip).
+func ConfiguredAPI(c *spec.Cluster) API {
+	url, vip := Endpoint(c)
+	return API{URL: url, VIP: vip, Known: true}
+}
+
+func apiURL(addr netip.Addr) string {
+	return "https://" + netip.AddrPortFrom(addr, 6443).String()
+}
+
+// kubeClient is a Kubernetes client from a stored kubeconfig that talks to
+// the cluster's internal endpoint: the kubeconfig for people may name a
+// public address in front of it, which the engine does not hairpin
+// through.
+func kubeClient(kubeconfig []byte, api API) (*kube.Client, error) {
+	if api.Known && api.Public != "" {
+		return kube.NewAt(kubeconfig, api.URL)
+	}
+	return kube.New(kubeconfig)
+}
+
+// forPeople returns a kubeconfig a control plane served (naming the
+// internal endpoint) as it is stored: naming the public endpoint when
+// there is one.
+func forPeople(kubeconfig []byte, api API) ([]byte, error) {
+	if !api.Known || api.Public == "" {
+		return kubeconfig, nil
+	}
+	out, err := kube.WithServer(kubeconfig, api.Public)
+	if err != nil {
+		return nil, fmt.Errorf("naming %s in the kubeconfig: %w", api.Public, err)
+	}
+	return out, nil
+}
+
+// makeConfigs makes the machine configs once the network phase has
+// allocated the API endpoint.
+type makeConfigs struct{}
+
+// planConfigs adds the step that makes the machine configs when the
+// endpoint is not known yet. Machines that exist while the provider
+// reports no endpoint run configs that name one it no longer has: a new
+// address would not be theirs, so that is refused.
+func planConfigs(p *plan.Plan, want *Desired, obs *Observation) {
+	if want.API.Known {
+		return
+	}
+	if ms := obs.Inventory.Machines(); len(ms) > 0 {
+		p.Refuse(plan.Resource{Kind: plan.KindVIP, Name: want.Cluster.Name + "-kubeapi"},
+			fmt.Sprintf("%d machines of the cluster exist (e.g. %s) but the provider reports no address for the Kubernetes API: their configs name an endpoint that a newly allocated address would not be; restore the API's reserved port, or destroy the cluster", len(ms), ms[0].Hostname))
+		return
+	}
+	p.Add(plan.Change{Phase: plan.PhaseDiscover, Domain: plan.DomainState, Action: plan.ActionCreate,
+		Resource:   plan.Resource{Kind: plan.KindMachineConfigs, Name: want.Cluster.Name},
+		Reason:     "the machine configs of the new machines, made from the API endpoint the network phase allocates (kept in memory, delivered as user data)",
+		Attributes: []plan.Attribute{{Key: "endpoint", Value: UnknownEndpoint}},
+		Expects:    "the provider reports the API's address",
+		Op:         makeConfigs{}})
+}
+
+// makeConfigs reads the endpoint the provider allocated and makes the
+// configs of the desired machines from it.
+func (r *run) makeConfigs(ctx context.Context) error {
+	e := r.e
+	inv, err := e.Infra.Observe(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the API endpoint the network phase allocated: %w", err)
+	}
+	api := apiEndpoint(e.Cluster, e.Infra, inv)
+	if !api.Known {
+		return fmt.Errorf("%w: the provider reports no address for the Kubernetes API after the network phase", ErrPrecondition)
+	}
+	bundle := r.bundle
+	if bundle == nil {
+		if bundle, err = e.bundle(ctx); err != nil {
+			return err
+		}
+		if bundle == nil {
+			return fmt.Errorf("%w: there is no %s to make the configs from", ErrPrecondition, TalosSecretsFile)
+		}
+	}
+	r.want.API = api
+	if err := e.configs(r.want, bundle, nil); err != nil {
+		return err
+	}
+	e.say(plan.PhaseDiscover, "made the machine configs for the API at %s", api.URL)
+	return nil
+}
