@@ -542,9 +542,10 @@ func (r *agentRunner) Check(ctx context.Context, cluster string, files fs.FS) (*
 }
 
 // Endpoints returns what the pull-request endpoint policy checks of a
-// cluster: the Proxmox API URL as the client will use it, the Image
-// Factory the ISOs come from (both reached with proxmox.tls_verify), and
-// the OpenStack Keystone URL. It reads the CA bundle only to identify its
+// cluster: the Proxmox API URL as the client will use it and the Image
+// Factory the ISOs come from (both reached with proxmox.tls_verify), the
+// OpenStack Keystone URL and the Image Factory of the boot image (reached
+// with openstack.tls_verify). It reads the CA bundle only to identify its
 // content, and makes no request.
 func (r *agentRunner) Endpoints(cluster string, files fs.FS) (agent.Endpoints, error) {
 	c, _, err := spec.LoadFS(files, cluster, spec.Options{})
@@ -559,8 +560,12 @@ func (r *agentRunner) Endpoints(cluster string, files fs.FS) (agent.Endpoints, e
 		out.TLS = append(out.TLS, agent.TLSTrust{Key: "proxmox.tls_verify", Verify: px.TLSVerify.Verify,
 			CAFile: px.TLSVerify.CAFile, CADigest: caDigest(files, px.TLSVerify.CAFile)})
 	}
-	if c.OpenStack != nil {
-		out.URLs = append(out.URLs, agent.Endpoint{Key: "openstack.url", URL: c.OpenStack.URL})
+	if os := c.OpenStack; os != nil {
+		out.URLs = append(out.URLs,
+			agent.Endpoint{Key: "openstack.url", URL: os.URL},
+			agent.Endpoint{Key: "openstack.image_factory", URL: os.ImageFactory})
+		out.TLS = append(out.TLS, agent.TLSTrust{Key: "openstack.tls_verify", Verify: os.TLSVerify.Verify,
+			CAFile: os.TLSVerify.CAFile, CADigest: caDigest(files, os.TLSVerify.CAFile)})
 	}
 	return out, nil
 }

@@ -3,14 +3,12 @@ package proxmox
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +17,7 @@ import (
 
 	"github.com/Telmate/proxmox-api-go/proxmox"
 
-	"github.com/taloscluster/taloscluster/internal/boundedfile"
+	"github.com/taloscluster/taloscluster/internal/tlstrust"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
@@ -62,7 +60,7 @@ func New(c *spec.Cluster, files fs.FS, log *slog.Logger, opts ...Option) (*Provi
 	for _, opt := range opts {
 		opt(&o)
 	}
-	tlsCfg, err := tlsConfig(px.TLSVerify, files, !o.noHostFiles)
+	tlsCfg, err := tlstrust.Config(px.TLSVerify, "proxmox.tls_verify", files, !o.noHostFiles)
 	if err != nil {
 		return nil, err
 	}
@@ -111,45 +109,6 @@ func Offline(c *spec.Cluster) (*Provider, error) {
 		return nil, fmt.Errorf("cluster %s has no proxmox section", c.Name)
 	}
 	return &Provider{c: c, log: slog.New(slog.DiscardHandler), factory: c.Proxmox.ImageFactory}, nil
-}
-
-// tlsConfig turns proxmox.tls_verify into a TLS config: system roots, plus
-// a CA bundle when a path is given; verification off only when false. The
-// bundle is read bounded, from files, or from the host when the path is
-// absolute and hostFiles allows it.
-func tlsConfig(v spec.TLSVerify, files fs.FS, hostFiles bool) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if !v.Verify {
-		cfg.InsecureSkipVerify = true //nolint:gosec // the user set proxmox.tls_verify: false
-		return cfg, nil
-	}
-	if v.CAFile == "" {
-		return cfg, nil
-	}
-	var pem []byte
-	if hostFiles && filepath.IsAbs(v.CAFile) {
-		var err error
-		if pem, err = boundedfile.Read(v.CAFile, boundedfile.Small); err != nil {
-			return nil, fmt.Errorf("the CA bundle of proxmox.tls_verify: %w", err)
-		}
-	} else {
-		name, err := spec.DirPath(v.CAFile)
-		if err != nil {
-			return nil, retry.Terminal(fmt.Errorf("proxmox.tls_verify: %w", err))
-		}
-		if pem, err = boundedfile.ReadFS(files, name, boundedfile.Small); err != nil {
-			return nil, fmt.Errorf("the CA bundle of proxmox.tls_verify: %w", err)
-		}
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("reading the CA bundle of proxmox.tls_verify %s: no PEM certificate in it", v.CAFile)
-	}
-	cfg.RootCAs = pool
-	return cfg, nil
 }
 
 func (p *Provider) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {

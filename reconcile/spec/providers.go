@@ -21,7 +21,7 @@ func (v *validator) openstack(t *node) *OpenStack {
 	if !v.mapping(n, "openstack", openstackKeys...) {
 		return nil
 	}
-	o := &OpenStack{Region: "RegionOne", notText: map[string]bool{}}
+	o := &OpenStack{Region: "RegionOne", TLSVerify: TLSVerify{Verify: true}, ImageFactory: DefaultImageFactory, notText: map[string]bool{}}
 	o.URL, _ = v.requiredStrictStr(n, "url", "openstack.url")
 	o.AvailabilityZone, _ = v.requiredStrictStr(n, "availability_zone", "openstack.availability_zone")
 	o.ExternalNet, _ = v.requiredStrictStr(n, "external_net", "openstack.external_net")
@@ -30,6 +30,10 @@ func (v *validator) openstack(t *node) *OpenStack {
 		o.Region = pyText(r)
 	}
 	o.Metadata, _ = v.boolean(n, "metadata", "openstack.metadata")
+	if tv := n.get("tls_verify"); !tv.isNull() {
+		o.TLSVerify = v.tlsVerify(tv, "openstack.tls_verify")
+	}
+	o.ImageFactory = v.imageFactory(n, "openstack.image_factory", o.ImageFactory)
 	o.CredentialID = secretString(n, "credential_id", "openstack.credential_id", o.notText)
 	o.CredentialSecret = secretString(n, "credential_secret", "openstack.credential_secret", o.notText)
 	return o
@@ -74,19 +78,29 @@ func (v *validator) proxmox(t *node, c *Cluster) *Proxmox {
 	if tv := n.get("tls_verify"); !tv.isNull() {
 		p.TLSVerify = v.tlsVerify(tv, "proxmox.tls_verify")
 	}
-	if f := n.get("image_factory"); !f.isNull() {
-		if s, ok := v.str(n, "image_factory", "proxmox.image_factory"); ok {
-			if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
-				v.errorf(f, "proxmox.image_factory", "proxmox.image_factory must be an http(s) URL")
-			} else {
-				p.ImageFactory = strings.TrimRight(s, "/")
-			}
-		}
-	}
+	p.ImageFactory = v.imageFactory(n, "proxmox.image_factory", p.ImageFactory)
 	p.TokenID = secretString(n, "token_id", "proxmox.token_id", p.notText)
 	p.TokenSecret = secretString(n, "token_secret", "proxmox.token_secret", p.notText)
 	v.proxmoxNetwork(t, n, c, p)
 	return p
+}
+
+// imageFactory reads a provider section's optional image_factory, an
+// http(s) base URL; def when it is absent or refused.
+func (v *validator) imageFactory(section *node, path, def string) string {
+	f := section.get("image_factory")
+	if f.isNull() {
+		return def
+	}
+	s, ok := v.str(section, "image_factory", path)
+	if !ok {
+		return def
+	}
+	if !strings.HasPrefix(s, "https://") && !strings.HasPrefix(s, "http://") {
+		v.errorf(f, path, "%s must be an http(s) URL", path)
+		return def
+	}
+	return strings.TrimRight(s, "/")
 }
 
 // proxmoxStorage reads a Proxmox storage name. Like the Python tool, which takes

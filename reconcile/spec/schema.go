@@ -14,7 +14,7 @@ var (
 	kubernetesKeys = []string{"version"}
 	tailscaleKeys  = []string{"login_server", "auth_key"}
 	networkKeys    = []string{"dns", "ntp", "cluster", "external"}
-	openstackKeys  = []string{"url", "availability_zone", "external_net", "region", "metadata", "credential_id", "credential_secret"}
+	openstackKeys  = []string{"url", "availability_zone", "external_net", "region", "metadata", "credential_id", "credential_secret", "tls_verify", "image_factory"}
 	proxmoxKeys    = []string{"url", "storage", "iso_storage", "cidata_storage", "placement_strategy",
 		"nodes", "tls_verify", "network", "token_id", "token_secret", "image_factory"}
 	proxmoxNetworkKeys         = []string{"cluster", "external"}

@@ -196,6 +196,14 @@ type OpenStack struct {
 	ExternalNet      string
 	Region           string
 	Metadata         bool
+	// TLSVerify is how the Keystone certificate (and those of the
+	// services in its catalog) are checked: a bool or a CA bundle path. It
+	// and ImageFactory are optional keys this implementation adds beside
+	// the Python tool's schema, as for proxmox.
+	TLSVerify TLSVerify
+	// ImageFactory is the Talos Image Factory base URL the boot image is
+	// downloaded from.
+	ImageFactory string
 	// CredentialID and CredentialSecret are secrets, checked only when a
 	// command needs them (see Cluster.Credentials).
 	CredentialID     string
