@@ -31,6 +31,7 @@ import (
 	"github.com/taloscluster/taloscluster/gitsync"
 	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
+	"github.com/taloscluster/taloscluster/providers/openstack"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
@@ -354,21 +355,27 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 	if err := checkClusterConfigs(c, nil); err != nil {
 		return nil, err
 	}
+	if probs := c.Credentials(); len(probs) > 0 {
+		return nil, fmt.Errorf("credentials of %s in the agent's secrets directory: %s", cluster, probs[0])
+	}
+	// The files are a commit's tree: a path in cluster.yaml is never a
+	// file of the agent's host.
 	var infra reconcile.Infra
 	switch c.Provider {
 	case spec.ProviderProxmox:
-		if probs := c.Credentials(); len(probs) > 0 {
-			return nil, fmt.Errorf("credentials of %s in the agent's secrets directory: %s", cluster, probs[0])
-		}
-		// The files are a commit's tree: a path in cluster.yaml is
-		// never a file of the agent's host.
 		p, err := proxmox.New(c, files, r.log, proxmox.NoHostFiles())
 		if err != nil {
 			return nil, err
 		}
 		infra = p
+	case spec.ProviderOpenStack:
+		p, err := openstack.New(c, files, r.log, openstack.NoHostFiles())
+		if err != nil {
+			return nil, err
+		}
+		infra = p
 	default:
-		return nil, fmt.Errorf("the %s provider is not implemented yet", c.Provider)
+		return nil, fmt.Errorf("no provider for %q", c.Provider)
 	}
 	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log, DrainTimeout: r.drainTimeout}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/taloscluster/taloscluster/providers/openstack"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/kube"
@@ -24,22 +25,29 @@ import (
 
 // engineFor builds the engine of a cluster directory with its provider.
 func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.Problem) (*reconcile.Engine, error) {
+	if probs := c.Credentials(); len(probs) > 0 {
+		for _, p := range probs {
+			fmt.Fprintf(cmd.ErrOrStderr(), "error: %s\n", p)
+		}
+		fmt.Fprintln(cmd.ErrOrStderr(), "note: plan --offline shows the first build from cluster.yaml alone, without credentials")
+		return nil, &exitError{code: 1}
+	}
 	var infra reconcile.Infra
 	switch c.Provider {
 	case spec.ProviderProxmox:
-		if probs := c.Credentials(); len(probs) > 0 {
-			for _, p := range probs {
-				fmt.Fprintf(cmd.ErrOrStderr(), "error: %s\n", p)
-			}
-			return nil, &exitError{code: 1}
-		}
 		p, err := proxmox.New(c, os.DirFS(dir), slog.New(slog.DiscardHandler))
 		if err != nil {
 			return nil, err
 		}
 		infra = p
+	case spec.ProviderOpenStack:
+		p, err := openstack.New(c, os.DirFS(dir), slog.New(slog.DiscardHandler))
+		if err != nil {
+			return nil, err
+		}
+		infra = p
 	default:
-		return nil, &exitError{code: 1, msg: fmt.Sprintf("the %s provider is not implemented yet; plan --offline shows the first build", c.Provider)}
+		return nil, &exitError{code: 1, msg: fmt.Sprintf("no provider for %q", c.Provider)}
 	}
 	local := state.Local{Dir: dir}
 	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: local, Journal: local, Key: dir, Infra: infra, Progress: cmd.OutOrStdout()}, nil

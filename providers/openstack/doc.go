@@ -1,6 +1,12 @@
-// Package openstack plans a cluster's OpenStack resources: the network,
-// router, reserved VIP ports with floating IPs, security group and rules,
-// machine ports and servers. It plans only: observing and changing a real
-// OpenStack (gophercloud) is not implemented yet, so Observe and Apply
-// fail and only plan --offline uses it.
+// Package openstack runs a cluster's OpenStack resources through
+// gophercloud: the boot image in Glance, the network, subnet and router to
+// the external network, the reserved kubeapi and ingress ports whose fixed
+// addresses are the VIPs (with a floating IP each), the security group and
+// its rules, one port per machine, and the servers, booted from a volume
+// with the machine config as user data.
+//
+// Everything it creates carries the tags managed-by=taloscluster and
+// cluster=<name> (machines and their ports also role= and pool=); it
+// changes nothing it does not own. Servers are create-only: a change of
+// flavor, disk or availability zone is refused.
 package openstack

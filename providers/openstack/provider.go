@@ -4,161 +4,239 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
 	"strings"
+	"sync"
+	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config/types/network"
+	"github.com/gophercloud/gophercloud/v2"
+	gcos "github.com/gophercloud/gophercloud/v2/openstack"
 
+	"github.com/taloscluster/taloscluster/internal/noredirect"
+	"github.com/taloscluster/taloscluster/internal/tlstrust"
 	"github.com/taloscluster/taloscluster/reconcile"
-	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
-// ErrNotImplemented is returned by every call that would talk to
-// OpenStack.
-var ErrNotImplemented = errors.New("the openstack provider only plans offline so far")
+// Bounds on OpenStack calls.
+const (
+	// CallTimeout bounds one API call.
+	CallTimeout = 30 * time.Second
+	// UploadTimeout bounds the download of the boot image from the Image
+	// Factory and its upload to Glance.
+	UploadTimeout = 30 * time.Minute
+	// BuildTimeout bounds the wait for a server to leave BUILD, an image
+	// to turn active, or a server to go away.
+	BuildTimeout = 15 * time.Minute
+)
 
-// Provider plans a cluster on OpenStack.
+// computeMicroversion is the Compute API microversion every call asks for:
+// 2.52 is the first that takes tags when a server is created, and it
+// embeds the flavor (name, size) in a server (2.47).
+const computeMicroversion = "2.52"
+
+// Provider runs a cluster's OpenStack resources through gophercloud.
 type Provider struct {
-	c *spec.Cluster
+	c   *spec.Cluster
+	log *slog.Logger
+	hc  *http.Client
+	// poll is how often a wait reads the resource again.
+	poll time.Duration
+
+	mu      sync.Mutex
+	compute *gophercloud.ServiceClient
+	network *gophercloud.ServiceClient
+	image   *gophercloud.ServiceClient
 }
 
-var _ reconcile.Infra = (*Provider)(nil)
+var (
+	_ reconcile.Infra      = (*Provider)(nil)
+	_ reconcile.Endpointer = (*Provider)(nil)
+	_ reconcile.Remover    = (*Provider)(nil)
+	_ reconcile.Restarter  = (*Provider)(nil)
+	_ reconcile.Warner     = (*Provider)(nil)
+)
 
-// Offline returns a provider that plans a cluster of which nothing exists.
+// Option configures a Provider.
+type Option func(*options)
+
+type options struct {
+	noHostFiles bool
+	poll        time.Duration
+}
+
+// NoHostFiles says the cluster's files come from a repository's tree, as
+// in the agent: the CA bundle of openstack.tls_verify is read only from the
+// cluster's directory in that tree, never from the host.
+func NoHostFiles() Option { return func(o *options) { o.noHostFiles = true } }
+
+// WithPoll sets how often waits read a resource again; 2 s by default.
+func WithPoll(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.poll = d
+		}
+	}
+}
+
+// New returns a provider for the cluster. It makes no call: Keystone is
+// asked for a token at the first one.
+func New(c *spec.Cluster, files fs.FS, log *slog.Logger, opts ...Option) (*Provider, error) {
+	if c.OpenStack == nil {
+		return nil, fmt.Errorf("cluster %s has no openstack section", c.Name)
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := options{poll: 2 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	tlsCfg, err := tlstrust.Config(c.OpenStack.TLSVerify, "openstack.tls_verify", files, !o.noHostFiles)
+	if err != nil {
+		return nil, err
+	}
+	base := &http.Transport{
+		TLSClientConfig:       tlsCfg,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ResponseHeaderTimeout: CallTimeout,
+		IdleConnTimeout:       90 * time.Second,
+	}
+	// The application credential's secret and the token go with the
+	// requests: a redirect is never followed.
+	hc := &http.Client{Transport: noredirect.Transport(base), CheckRedirect: noredirect.CheckRedirect}
+	return &Provider{c: c, log: log, hc: hc, poll: o.poll}, nil
+}
+
+// Offline returns a provider that plans a cluster of which nothing exists,
+// without credentials or calls.
 func Offline(c *spec.Cluster) (*Provider, error) {
 	if c.OpenStack == nil {
 		return nil, fmt.Errorf("cluster %s has no openstack section", c.Name)
 	}
-	return &Provider{c: c}, nil
+	return &Provider{c: c, log: slog.New(slog.DiscardHandler), poll: 2 * time.Second}, nil
 }
 
-// inventory is the (always empty) inventory of an offline plan.
-type inventory struct{}
+// ErrOffline is returned by a call of a provider made with Offline.
+var ErrOffline = errors.New("the openstack provider was made for offline planning")
 
-func (inventory) Machines() []reconcile.Machine { return nil }
+// clients authenticates once with the application credential and returns
+// the compute, network and image clients of the configured region.
+func (p *Provider) clients(ctx context.Context) (compute, network, image *gophercloud.ServiceClient, err error) {
+	if p.hc == nil {
+		return nil, nil, nil, ErrOffline
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.compute != nil {
+		return p.compute, p.network, p.image, nil
+	}
+	o := p.c.OpenStack
+	pc, err := gcos.NewClient(o.URL)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("openstack.url %s: %w", o.URL, err)
+	}
+	pc.HTTPClient = *p.hc
+	actx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	err = gcos.Authenticate(actx, pc, gophercloud.AuthOptions{
+		IdentityEndpoint:            o.URL,
+		ApplicationCredentialID:     o.CredentialID,
+		ApplicationCredentialSecret: o.CredentialSecret,
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("authenticating to Keystone at %s with the application credential: %w", o.URL, p.clean(err))
+	}
+	eo := gophercloud.EndpointOpts{Region: o.Region}
+	if p.compute, err = gcos.NewComputeV2(pc, eo); err != nil {
+		return nil, nil, nil, fmt.Errorf("finding Nova in the catalog of region %s: %w", o.Region, err)
+	}
+	p.compute.Microversion = computeMicroversion
+	if p.network, err = gcos.NewNetworkV2(pc, eo); err != nil {
+		p.compute = nil
+		return nil, nil, nil, fmt.Errorf("finding Neutron in the catalog of region %s: %w", o.Region, err)
+	}
+	if p.image, err = gcos.NewImageV2(pc, eo); err != nil {
+		p.compute = nil
+		return nil, nil, nil, fmt.Errorf("finding Glance in the catalog of region %s: %w", o.Region, err)
+	}
+	return p.compute, p.network, p.image, nil
+}
+
+// clean keeps the credential's secret out of an error: gophercloud's
+// errors may carry the request.
+func (p *Provider) clean(err error) error {
+	if err == nil {
+		return nil
+	}
+	if s := p.c.OpenStack.CredentialSecret; s != "" {
+		return redacted{err: err, secret: s}
+	}
+	return err
+}
+
+type redacted struct {
+	err    error
+	secret string
+}
+
+func (r redacted) Error() string { return strings.ReplaceAll(r.err.Error(), r.secret, "[redacted]") }
+func (r redacted) Unwrap() error { return r.err }
+
+// call runs f under its own deadline.
+func call[T any](ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
+	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	return f(cctx)
+}
 
 // Empty returns the inventory of a cluster of which nothing exists.
-func (p *Provider) Empty() reconcile.Inventory { return inventory{} }
+func (p *Provider) Empty() reconcile.Inventory { return &inventory{offline: true} }
 
-// Observe is not implemented yet.
-func (p *Provider) Observe(context.Context) (reconcile.Inventory, error) {
-	return nil, ErrNotImplemented
-}
-
-// Apply is not implemented yet.
-func (p *Provider) Apply(context.Context, *reconcile.Desired, plan.Change) error {
-	return ErrNotImplemented
-}
-
-// Plan lists the steps of a first build for one phase.
-func (p *Provider) Plan(phase plan.Phase, want *reconcile.Desired, _ reconcile.Inventory) ([]plan.Change, error) {
+// Plan lists the provider's steps for one phase, from what it observed.
+func (p *Provider) Plan(phase plan.Phase, want *reconcile.Desired, have reconcile.Inventory) ([]plan.Change, error) {
+	inv, ok := have.(*inventory)
+	if !ok {
+		return nil, fmt.Errorf("planning with an inventory of another provider (%T)", have)
+	}
 	switch phase {
+	case plan.PhaseValidate:
+		return p.planValidate(want, inv), nil
 	case plan.PhaseImage:
-		return p.planImage()
+		return p.planImage(inv)
 	case plan.PhaseNetwork:
-		return p.planNetwork(want)
+		return p.planNetwork(want, inv)
 	case plan.PhaseCompute:
-		return p.planCompute(want), nil
+		return p.planCompute(want, inv)
+	case plan.PhaseDestroy:
+		return p.planDestroy(inv), nil
 	}
 	return nil, nil
 }
 
-func (p *Provider) step(phase plan.Phase, kind plan.ResourceKind, name, reason string, attrs ...plan.Attribute) plan.Change {
-	return plan.Change{Phase: phase, Domain: plan.DomainProvider, Action: plan.ActionCreate,
-		Resource: plan.Resource{Kind: kind, Name: name}, Reason: reason, Attributes: attrs}
+// Apply carries out one planned step.
+func (p *Provider) Apply(ctx context.Context, want *reconcile.Desired, ch plan.Change) error {
+	op, ok := ch.Op.(step)
+	if !ok {
+		return fmt.Errorf("step %s %s is not an openstack step (%T)", ch.Action, ch.Resource, ch.Op)
+	}
+	if _, _, _, err := p.clients(ctx); err != nil {
+		return err
+	}
+	return p.clean(op.apply(ctx, p, want))
 }
 
-func (p *Provider) planImage() ([]plan.Change, error) {
-	id, err := machineconfig.SchematicID(p.c.BootExtensions())
-	if err != nil {
-		return nil, fmt.Errorf("computing the boot image schematic: %w", err)
-	}
-	return []plan.Change{p.step(plan.PhaseImage, plan.KindImage, fmt.Sprintf("talos-%s-%s", p.c.Talos.Version, id[:12]),
-		"boot image from the Image Factory, uploaded to Glance and shared by every machine",
-		plan.Attribute{Key: "factory", Value: spec.DefaultImageFactory},
-		plan.Attribute{Key: "schematic", Value: id},
-		plan.Attribute{Key: "talos", Value: p.c.Talos.Version})}, nil
+// step is one planned operation of the provider.
+type step interface {
+	apply(ctx context.Context, p *Provider, want *reconcile.Desired) error
 }
 
-func (p *Provider) planNetwork(want *reconcile.Desired) ([]plan.Change, error) {
-	c := p.c
-	var out []plan.Change
-	add := func(kind plan.ResourceKind, name, reason string, attrs ...plan.Attribute) {
-		out = append(out, p.step(plan.PhaseNetwork, kind, name, reason, attrs...))
-	}
-	dns := make([]string, len(c.Network.DNS))
-	for i, d := range c.Network.DNS {
-		dns[i] = d.String()
-	}
-	add(plan.KindNetwork, c.Name+"-net", "cluster network")
-	add(plan.KindSubnet, c.Name+"-subnet", "cluster subnet with DHCP",
-		plan.Attribute{Key: "cidr", Value: c.Network.Cluster.CIDR.String()},
-		plan.Attribute{Key: "dns", Value: strings.Join(dns, ",")})
-	add(plan.KindRouter, c.Name+"-router", "router to the external network",
-		plan.Attribute{Key: "external_net", Value: c.OpenStack.ExternalNet})
-	add(plan.KindPort, c.Name+"-kubeapi", "reserved port whose fixed address is the Kubernetes API VIP")
-	add(plan.KindPort, c.Name+"-ingress", "reserved port whose fixed address is the ingress VIP")
-	add(plan.KindFloatingIP, c.Name+"-kubeapi", "public address of the Kubernetes API",
-		plan.Attribute{Key: "pool", Value: c.OpenStack.ExternalNet})
-	add(plan.KindFloatingIP, c.Name+"-ingress", "public address for ingress",
-		plan.Attribute{Key: "pool", Value: c.OpenStack.ExternalNet})
-	add(plan.KindVIP, c.Name+"-kubeapi", "Kubernetes API VIP on the reserved port, shared by the control planes")
-	egress := "all egress except the instance metadata service"
-	if c.OpenStack.Metadata {
-		egress = "all egress"
-	}
-	add(plan.KindSecurityGroup, c.Name, "security group on every port", plan.Attribute{Key: "egress", Value: egress})
-	add(plan.KindSecurityRule, c.Name+"/members", "ICMP, TCP and UDP between members of the group")
-	docs, err := machineconfig.Firewall(c)
-	if err != nil {
-		return nil, fmt.Errorf("building the host firewall: %w", err)
-	}
-	for _, d := range docs {
-		rc, ok := d.(*network.RuleConfigV1Alpha1)
-		if !ok || strings.HasPrefix(rc.MetaName, "cluster-") {
-			continue // the members rule covers traffic between nodes
-		}
-		var ports, sources []string
-		for _, pr := range rc.PortSelector.Ports {
-			if pr.Lo == pr.Hi {
-				ports = append(ports, strconv.Itoa(int(pr.Lo)))
-			} else {
-				ports = append(ports, pr.String())
-			}
-		}
-		for _, in := range rc.Ingress {
-			sources = append(sources, in.Subnet.String())
-		}
-		add(plan.KindSecurityRule, c.Name+"/"+rc.MetaName, "ingress rule",
-			plan.Attribute{Key: "protocol", Value: rc.PortSelector.Protocol.String()},
-			plan.Attribute{Key: "ports", Value: strings.Join(ports, ",")},
-			plan.Attribute{Key: "sources", Value: strings.Join(sources, ",")})
-	}
-	for _, m := range want.Machines {
-		pair := c.Name + "-ingress"
-		if m.Role() == spec.RoleControlPlane {
-			pair = c.Name + "-kubeapi"
-		}
-		add(plan.KindPort, m.Hostname, "machine port",
-			plan.Attribute{Key: "network", Value: c.Name + "-net"},
-			plan.Attribute{Key: "allowed_address_pairs", Value: pair})
-	}
-	return out, nil
-}
-
-func (p *Provider) planCompute(want *reconcile.Desired) []plan.Change {
-	var out []plan.Change
-	for _, m := range want.Machines {
-		pool := m.Pool
-		out = append(out, p.step(plan.PhaseCompute, plan.KindMachine, m.Hostname, "new "+string(pool.Role)+" with its machine config as user data",
-			plan.Attribute{Key: "pool", Value: pool.Name},
-			plan.Attribute{Key: "flavor", Value: pool.Flavor},
-			plan.Attribute{Key: "disk", Value: fmt.Sprintf("%d GB", pool.Disk)},
-			plan.Attribute{Key: "availability_zone", Value: p.c.OpenStack.AvailabilityZone},
-			plan.Attribute{Key: "talos", Value: p.c.Talos.Version},
-			plan.Attribute{Key: "kubernetes", Value: p.c.Kubernetes.Version}))
-	}
-	return out
+func (p *Provider) change(phase plan.Phase, action plan.Action, kind plan.ResourceKind, name, reason string, op step, attrs ...plan.Attribute) plan.Change {
+	return plan.Change{Phase: phase, Domain: plan.DomainProvider, Action: action,
+		Resource: plan.Resource{Kind: kind, Name: name}, Reason: reason, Attributes: attrs, Op: op}
 }

@@ -17,8 +17,8 @@ import (
 
 	"github.com/Telmate/proxmox-api-go/proxmox"
 
-	"github.com/taloscluster/taloscluster/internal/tlstrust"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
+	"github.com/taloscluster/taloscluster/internal/tlstrust"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/retry"

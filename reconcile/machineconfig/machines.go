@@ -46,7 +46,7 @@ func (m Machine) Role() spec.Role {
 
 // Machines lists every machine the cluster wants, control planes first and
 // then each worker pool in file order, numbered from 01 in each pool. On
-// Proxmox the deterministic NIC MACs are filled in. Metal machines are not
+// Proxmox and OpenStack the deterministic NIC MACs are filled in. Metal machines are not
 // listed.
 func Machines(c *spec.Cluster) []Machine {
 	var out []Machine
@@ -59,7 +59,11 @@ func Machines(c *spec.Cluster) []Machine {
 				Number:   n,
 			}
 
-			if c.Provider == spec.ProviderProxmox {
+			switch c.Provider {
+			case spec.ProviderOpenStack:
+				// The machine's port is created with this MAC.
+				m.ClusterMAC = MAC(c.Name, m.Hostname, NICCluster)
+			case spec.ProviderProxmox:
 				m.ClusterMAC = MAC(c.Name, m.Hostname, NICCluster)
 
 				if c.Proxmox != nil && c.Proxmox.Network.ExternalBridge != "" {

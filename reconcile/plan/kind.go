@@ -80,6 +80,7 @@ var kinds = []ResourceKind{
 	KindFirewallRule,
 	KindVIP,
 	KindCIData,
+	KindMachineConfigs,
 	KindMachine,
 	KindNode,
 	KindEtcdMember,

@@ -1,0 +1,259 @@
+package openstack
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/availabilityzones"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/flavors"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/external"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/routers"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/subnets"
+	"github.com/gophercloud/gophercloud/v2/pagination"
+
+	"github.com/taloscluster/taloscluster/reconcile"
+)
+
+// Observe reads, without changing anything, what the cluster owns: its
+// network objects, ports, floating IPs, servers and the boot image, plus
+// the flavors and zones the validation checks against.
+func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
+	compute, network, image, err := p.clients(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inv := &inventory{ports: map[string]ports.Port{}, fips: map[string]floatingips.FloatingIP{}, servers: map[string]servers.Server{}}
+	reads := []struct {
+		what string
+		f    func(ctx context.Context) error
+	}{
+		{"the external network " + p.c.OpenStack.ExternalNet, func(ctx context.Context) error { return p.readExternal(ctx, network, inv) }},
+		{"the cluster network", func(ctx context.Context) error { return p.readNetwork(ctx, network, inv) }},
+		{"the cluster router", func(ctx context.Context) error { return p.readRouter(ctx, network, inv) }},
+		{"the security group", func(ctx context.Context) error { return p.readGroup(ctx, network, inv) }},
+		{"the cluster's ports", func(ctx context.Context) error { return p.readPorts(ctx, network, inv) }},
+		{"the floating IPs", func(ctx context.Context) error { return p.readFloatingIPs(ctx, network, inv) }},
+		{"the servers", func(ctx context.Context) error { return p.readServers(ctx, compute, inv) }},
+		{"the flavors and availability zones", func(ctx context.Context) error { return p.readCompute(ctx, compute, inv) }},
+		{"the boot image", func(ctx context.Context) error { return p.readImage(ctx, image, inv) }},
+	}
+	for _, r := range reads {
+		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+		err := r.f(cctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", r.what, p.clean(err))
+		}
+	}
+	return inv, nil
+}
+
+// all reads every page of a list.
+func all[T any](ctx context.Context, pager pagination.Pager, extract func(pagination.Page) ([]T, error)) ([]T, error) {
+	page, err := pager.AllPages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return extract(page)
+}
+
+func (p *Provider) readExternal(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
+	yes := true
+	nets, err := all(ctx, networks.List(network, external.ListOptsExt{
+		ListOptsBuilder: networks.ListOpts{Name: p.c.OpenStack.ExternalNet}, External: &yes}), networks.ExtractNetworks)
+	if err != nil {
+		return err
+	}
+	if len(nets) > 0 {
+		inv.external = &nets[0]
+	}
+	return nil
+}
+
+func (p *Provider) readNetwork(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
+	nets, err := all(ctx, networks.List(network, networks.ListOpts{Name: p.netName()}), networks.ExtractNetworks)
+	if err != nil {
+		return err
+	}
+	for i := range nets {
+		if owned(nets[i].Tags, p.c.Name) {
+			inv.network = &nets[i]
+		} else {
+			inv.foreign = append(inv.foreign, "network "+nets[i].Name+" ("+nets[i].ID+")")
+		}
+	}
+	if inv.network == nil {
+		return nil
+	}
+	subs, err := all(ctx, subnets.List(network, subnets.ListOpts{NetworkID: inv.network.ID}), subnets.ExtractSubnets)
+	if err != nil {
+		return err
+	}
+	for i := range subs {
+		if subs[i].Name == p.subnetName() && owned(subs[i].Tags, p.c.Name) {
+			inv.subnet = &subs[i]
+		}
+	}
+	return nil
+}
+
+func (p *Provider) readRouter(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
+	rs, err := all(ctx, routers.List(network, routers.ListOpts{Name: p.routerName()}), routers.ExtractRouters)
+	if err != nil {
+		return err
+	}
+	for i := range rs {
+		if owned(rs[i].Tags, p.c.Name) {
+			inv.router = &rs[i]
+		} else {
+			inv.foreign = append(inv.foreign, "router "+rs[i].Name+" ("+rs[i].ID+")")
+		}
+	}
+	if inv.router == nil || inv.subnet == nil {
+		return nil
+	}
+	ifaces, err := all(ctx, ports.List(network, ports.ListOpts{DeviceID: inv.router.ID, DeviceOwner: "network:router_interface"}), ports.ExtractPorts)
+	if err != nil {
+		return err
+	}
+	for i := range ifaces {
+		if slices.ContainsFunc(ifaces[i].FixedIPs, func(ip ports.IP) bool { return ip.SubnetID == inv.subnet.ID }) {
+			inv.routerInterface = &ifaces[i]
+		}
+	}
+	return nil
+}
+
+func (p *Provider) readGroup(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
+	gs, err := all(ctx, groups.List(network, groups.ListOpts{Name: p.groupName()}), groups.ExtractGroups)
+	if err != nil {
+		return err
+	}
+	for i := range gs {
+		if owned(gs[i].Tags, p.c.Name) {
+			inv.group = &gs[i]
+		} else {
+			inv.foreign = append(inv.foreign, "security group "+gs[i].Name+" ("+gs[i].ID+")")
+		}
+	}
+	return nil
+}
+
+func (p *Provider) readPorts(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
+	ps, err := all(ctx, ports.List(network, ports.ListOpts{Tags: clusterTag(p.c.Name)}), ports.ExtractPorts)
+	if err != nil {
+		return err
+	}
+	for _, port := range ps {
+		if owned(port.Tags, p.c.Name) {
+			inv.ports[port.Name] = port
+		}
+	}
+	return nil
+}
+
+func (p *Provider) readFloatingIPs(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
+	fs, err := all(ctx, floatingips.List(network, floatingips.ListOpts{Tags: clusterTag(p.c.Name)}), floatingips.ExtractFloatingIPs)
+	if err != nil {
+		return err
+	}
+	for _, fip := range fs {
+		if !owned(fip.Tags, p.c.Name) {
+			continue
+		}
+		// The description names the reserved port the address is for,
+		// so an address whose association was lost is found again.
+		inv.fips[fip.Description] = fip
+	}
+	return nil
+}
+
+func (p *Provider) readServers(ctx context.Context, compute *gophercloud.ServiceClient, inv *inventory) error {
+	ss, err := all(ctx, servers.List(compute, servers.ListOpts{Tags: clusterTag(p.c.Name)}), servers.ExtractServers)
+	if err != nil {
+		return err
+	}
+	for _, s := range ss {
+		if owned(tagsOf(s), p.c.Name) {
+			inv.servers[s.Name] = s
+		}
+	}
+	return nil
+}
+
+func (p *Provider) readCompute(ctx context.Context, compute *gophercloud.ServiceClient, inv *inventory) error {
+	fl, err := all(ctx, flavors.ListDetail(compute, nil), flavors.ExtractFlavors)
+	if err != nil {
+		return err
+	}
+	inv.flavors = map[string]string{}
+	for _, f := range fl {
+		inv.flavors[f.Name] = f.ID
+	}
+	zs, err := all(ctx, availabilityzones.List(compute), availabilityzones.ExtractAvailabilityZones)
+	if err != nil {
+		return err
+	}
+	for _, z := range zs {
+		if z.ZoneState.Available {
+			inv.zones = append(inv.zones, z.ZoneName)
+		}
+	}
+	return nil
+}
+
+func (p *Provider) readImage(ctx context.Context, image *gophercloud.ServiceClient, inv *inventory) error {
+	name, err := p.imageName()
+	if err != nil {
+		return err
+	}
+	imgs, err := all(ctx, images.List(image, images.ListOpts{Name: name}), images.ExtractImages)
+	if err != nil {
+		return err
+	}
+	for i := range imgs {
+		// An active image wins over one still being uploaded.
+		if inv.image == nil || (imgs[i].Status == images.ImageStatusActive && inv.image.Status != images.ImageStatusActive) {
+			inv.image = &imgs[i]
+		}
+	}
+	return nil
+}
+
+// APIEndpoint (reconcile.Endpointer) is the kubeapi port's fixed address,
+// the VIP the control planes share, with its floating IP in front.
+func (p *Provider) APIEndpoint(have reconcile.Inventory) (vip, public netip.Addr, ok bool) {
+	inv, isOurs := have.(*inventory)
+	if !isOurs {
+		return netip.Addr{}, netip.Addr{}, false
+	}
+	port, found := inv.ports[p.kubeapiName()]
+	if !found {
+		return netip.Addr{}, netip.Addr{}, false
+	}
+	vip, ok = fixedAddr(port)
+	if fip, found := inv.fips[p.kubeapiName()]; found && fip.PortID == port.ID {
+		public, _ = netip.ParseAddr(fip.FloatingIP)
+	}
+	return vip, public, ok
+}
+
+// Names of the cluster's OpenStack objects.
+func (p *Provider) netName() string     { return p.c.Name + "-net" }
+func (p *Provider) subnetName() string  { return p.c.Name + "-subnet" }
+func (p *Provider) routerName() string  { return p.c.Name + "-router" }
+func (p *Provider) groupName() string   { return p.c.Name }
+func (p *Provider) kubeapiName() string { return p.c.Name + "-kubeapi" }
+func (p *Provider) ingressName() string { return p.c.Name + "-ingress" }
+
+// tags are the ownership tags of a cluster object.
+func (p *Provider) tags() []string { return []string{tagManaged, clusterTag(p.c.Name)} }
