@@ -181,14 +181,17 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nets.release()
-	l, err := lab.Start(ctx, lab.Options{Bridges: nets.nets, TaskDuration: -1, BootDelay: *boot, InstallDelay: *install,
+	if err := nets.reserveOpenStack(openstackCandidates(), log); err != nil {
+		return err
+	}
+	l, err := lab.Start(ctx, lab.Options{Bridges: nets.nets, OpenStackExternalCIDR: nets.openstack["ext-net"], TaskDuration: -1, BootDelay: *boot, InstallDelay: *install,
 		RebootDelay: *reboot, ReadyDelay: *ready, NodeMonitorGracePeriod: *grace, Logger: log, OnFatal: func(err error) { cancel(err) }})
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 
-	gitops, err := startForge(*dir, l, log)
+	gitops, err := startForge(*dir, l, nets, log)
 	if err != nil {
 		return err
 	}
@@ -206,7 +209,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.FactoryURL, controlURL)
+	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, OpenStack %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.OpenStackURL, l.FactoryURL, controlURL)
 	fmt.Fprintf(stdout, "networks: %s\n", describeNets(nets))
 	fmt.Fprintf(stdout, "source %s for the endpoints; cluster directories are in %s\n", filepath.Join(*dir, "lab.env"), filepath.Join(*dir, "examples"))
 	<-ctx.Done()
@@ -233,6 +236,10 @@ func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL strin
 		return err
 	}
 	if err := l.WriteLegacyCluster(ctx, filepath.Join(dir, "examples", "proxmox-legacy"), lab.Cluster{Name: "legacy", Workers: 1, Bridge: "vmbr2"}); err != nil {
+		return err
+	}
+	if err := l.WriteOpenStackCluster(filepath.Join(dir, "examples", "openstack"),
+		lab.OpenStackCluster{Name: "cloud", Workers: 2, CIDR: nets.openstack["examples/openstack"]}); err != nil {
 		return err
 	}
 	env := fmt.Sprintf(`# taloslab endpoints and credentials (loopback only)
@@ -262,10 +269,29 @@ export TALOSLAB_VMBR1_NET=%q
 export TALOSLAB_VMBR2_NET=%q
 # The forge at TALOSLAB_GITHUB_API also serves the releases of %s
 # (latest %s) and %s (latest %s), as GitHub's releases API.
+# The OpenStack cloud, for the openstack CLI, gophercloud and Terraform:
+# Keystone v3 with an application credential, TLS from the lab's CA.
+export OS_AUTH_URL=%q
+export OS_AUTH_TYPE=v3applicationcredential
+export OS_APPLICATION_CREDENTIAL_ID=%q
+export OS_APPLICATION_CREDENTIAL_SECRET=%q
+export OS_REGION_NAME=%q
+export OS_INTERFACE=public
+export OS_IDENTITY_API_VERSION=3
+export OS_CACERT=%q
+# Its external network (floating IPs forward ports 6443, 50000, 80 and
+# 443), and the cluster networks of examples/openstack and of the forge's
+# clusters/openstack.
+export TALOSLAB_OPENSTACK_EXTERNAL_NET=%q
+export TALOSLAB_OPENSTACK_EXTERNAL_CIDR=%q
+export TALOSLAB_OPENSTACK_EXAMPLE_NET=%q
+export TALOSLAB_OPENSTACK_GITOPS_NET=%q
 `, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
 		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
 		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(), nets.nets["vmbr2"].String(),
-		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest)
+		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest,
+		l.OpenStackURL, l.OpenStackCredential.ID, l.OpenStackCredential.Secret, l.OpenStackRegion, ca,
+		l.OpenStackExternalNet, l.OpenStackExternalCIDR.String(), nets.openstack["examples/openstack"].String(), nets.openstack["clusters/openstack"].String())
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
 }
 
