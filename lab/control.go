@@ -21,7 +21,7 @@ var controlEndpoints = map[string]string{
 	"GET /lab/v1/nodes":    "the simulated Talos nodes: address, hostname, cluster, role, version, mode, held VIPs, talos_version, config_kubernetes_version (kubelet image tag of the config last received), kubelet_version (its Node's nodeInfo)",
 	"GET /lab/v1/clusters": "each cluster: bootstrapped, etcd members, Kubernetes version (/version), API (kubernetes_api; kubernetes_api_addresses: every address it answers at now) and nodes, control_plane (per node: kube-apiserver, kube-controller-manager, kube-scheduler image tags of their mirror pods) and kube_proxy (the DaemonSet's image tag)",
 	"GET /lab/v1/log":      "the ordered operation log of every emulator",
-	"POST /lab/v1/faults":  "inject a fault: JSON {kind, op, n, status, warnings, millis, addr, cluster}",
+	"POST /lab/v1/faults":  "inject a fault: JSON {kind, op, n, status, warnings, millis, addr, cluster}; openstack-* faults take op as an operation (compute.server.create), a service (compute or network.*: every operation of it) or *",
 }
 
 // ControlHandler serves the lab's control API under /lab/v1/ (see
@@ -246,7 +246,7 @@ func imageTag(ref string) string {
 // LogEntry is one operation of any emulator.
 type LogEntry struct {
 	Time   time.Time `json:"time"`
-	Source string    `json:"source"` // proxmox, talos, kubernetes, factory, etcd or lab
+	Source string    `json:"source"` // proxmox, openstack, talos, kubernetes, factory, etcd or lab
 	Op     string    `json:"op"`
 	// Service is, for a Talos call, the gRPC service of Op without its
 	// package (MachineService, LifecycleService, ImageService, ...).
@@ -269,6 +269,13 @@ func (l *Lab) Log() []LogEntry {
 	var out []LogEntry
 	for _, op := range l.PVE.Log() {
 		out = append(out, LogEntry{Time: op.Time, Source: "proxmox", Op: op.Name, Target: op.Method + " " + op.Path, Result: FaultResult(fmt.Sprint(op.Status), op.Fault)})
+	}
+	for _, op := range l.OpenStack.Log() {
+		res := fmt.Sprint(op.Status)
+		if op.Status == 0 {
+			res = "no answer"
+		}
+		out = append(out, LogEntry{Time: op.Time, Source: "openstack", Op: op.Name, Target: op.Method + " " + op.Path, Result: FaultResult(res, op.Fault)})
 	}
 	for _, op := range l.Talos.Log() {
 		res := "OK"
@@ -371,13 +378,24 @@ type Fault struct {
 	//	                       connection reset, without effect
 	//	kube-lost-reply        the next N requests matching Op take effect,
 	//	                       then their connection is reset
+	//	openstack-fail         the next N calls of Op answer Status (default
+	//	                       500) with the service's error body, without
+	//	                       effect
+	//	openstack-latency      calls of Op take Millis longer (0 removes it)
+	//	openstack-hang         the next N calls of Op never answer, without
+	//	                       effect, until the client gives up or the lab
+	//	                       closes
 	//
 	// A reset is a TCP RST: the client sees its connection fail and no
 	// answer. Op is a Proxmox operation name (qemu.create, or * for any), a
 	// Talos API method (Bootstrap, its log name such as
 	// LifecycleService.Upgrade, or a full gRPC method name) or a
 	// Kubernetes "VERB RESOURCE" pattern (create pods/eviction, * nodes, or
-	// * for any).
+	// * for any) or an OpenStack operation of the emulator's log
+	// (compute.server.create, network.port.create, image.image.upload,
+	// identity.token.create), a service meaning every operation of it
+	// (compute, network.*; likewise a deeper prefix such as
+	// compute.server.*), or * for any.
 	Kind     string `json:"kind"`
 	Op       string `json:"op,omitempty"`
 	N        int    `json:"n,omitempty"`
@@ -402,6 +420,8 @@ func (l *Lab) Inject(f Fault) error {
 		err = l.injectTalos(f)
 	case strings.HasPrefix(f.Kind, "kube-"):
 		err = l.injectKube(f)
+	case strings.HasPrefix(f.Kind, "openstack-"):
+		err = l.injectOpenStack(f)
 	default:
 		err = unknownKind(f.Kind)
 	}
@@ -537,4 +557,5 @@ func (l *Lab) injectKube(f Fault) error {
 var faultKinds = []string{"proxmox-fail", "proxmox-task-warnings", "proxmox-latency", "proxmox-hang",
 	"proxmox-reset", "proxmox-lost-reply",
 	"talos-never-boot", "talos-never-reboot", "talos-reset-fails", "talos-stuck-member", "talos-fail", "talos-hang", "talos-reset", "talos-lost-reply",
-	"kube-fail", "kube-hang", "kube-reset", "kube-lost-reply"}
+	"kube-fail", "kube-hang", "kube-reset", "kube-lost-reply",
+	"openstack-fail", "openstack-latency", "openstack-hang"}

@@ -28,6 +28,7 @@ import (
 	"github.com/taloscluster/taloscluster/lab/internal/connabort"
 	"github.com/taloscluster/taloscluster/lab/kube"
 	"github.com/taloscluster/taloscluster/lab/labca"
+	"github.com/taloscluster/taloscluster/lab/openstack"
 	"github.com/taloscluster/taloscluster/lab/pve"
 	"github.com/taloscluster/taloscluster/lab/talos"
 )
@@ -68,10 +69,23 @@ type Options struct {
 	// promotion of etcd learners and the drain of a graceful reset (see
 	// talos.Options); zero takes the talos package's short defaults.
 	LearnerPromoteDelay, DrainTimeout, EvictionRetry time.Duration
+	// OpenStackExternalCIDR is the subnet of the OpenStack cloud's external
+	// network (OpenStackExternalNet), where floating IPs come from (hosts
+	// .10 and up); default DefaultOpenStackExternalCIDR.
+	OpenStackExternalCIDR netip.Prefix
+	// OpenStackRegion is the region of the cloud's catalog; default
+	// openstack.DefaultRegion (RegionOne).
+	OpenStackRegion string
+	// OpenStackBuildDelay is how long a new server stays in BUILD before
+	// it turns ACTIVE and boots; zero means TaskDuration when that is
+	// positive (a server build is the cloud's counterpart of a Proxmox
+	// create task), else the emulator's default.
+	OpenStackBuildDelay time.Duration
 	// OnFatal, when set, is told when the running lab cannot serve an
 	// address it needs: a node's Talos API (the node stays off after a
-	// second of retries) or a bootstrapped cluster's Kubernetes API at its
-	// endpoint (the cluster has none). err is a *ListenError. The lab goes
+	// second of retries), a bootstrapped cluster's Kubernetes API at its
+	// endpoint (the cluster has none) or a floating IP's forwarded port
+	// (see openstack_nat.go). err is a *ListenError. The lab goes
 	// on without that endpoint; stopping is the caller's choice. OnFatal is
 	// called from the lab's own goroutines, possibly concurrently, and
 	// must not block.
@@ -128,9 +142,10 @@ func (o Options) statsInterval() time.Duration {
 	return o.StatsInterval
 }
 
-// Lab is a running simulated datacenter: a Proxmox VE cluster whose VMs
-// boot into simulated Talos nodes, an Image Factory, and one Kubernetes API
-// per bootstrapped cluster. Everything listens on loopback addresses.
+// Lab is a running simulated datacenter: a Proxmox VE cluster and an
+// OpenStack cloud whose VMs and servers boot into simulated Talos nodes, an
+// Image Factory, and one Kubernetes API per bootstrapped cluster.
+// Everything listens on loopback addresses.
 type Lab struct {
 	opts Options
 	log  *slog.Logger
@@ -158,13 +173,31 @@ type Lab struct {
 	// included; see pve.AuditorACLs.
 	AuditorTokenID, AuditorTokenSecret string
 
+	// OpenStack is the OpenStack cloud (Keystone, Nova, Neutron, Glance).
+	OpenStack *openstack.Server
+	// OpenStackURL is its Keystone v3 endpoint,
+	// https://<Listen>:<port>/identity/v3 (a client's OS_AUTH_URL).
+	OpenStackURL string
+	// OpenStackCredential is the application credential it accepts.
+	OpenStackCredential openstack.Credential
+	// OpenStackRegion is the region of its catalog's endpoints.
+	OpenStackRegion string
+	// OpenStackExternalNet and OpenStackExternalCIDR are its external
+	// network and that network's subnet: floating IPs come from there.
+	OpenStackExternalNet  string
+	OpenStackExternalCIDR netip.Prefix
+
 	servers []*http.Server
+	nat     natTable
 
 	mu     sync.Mutex
 	kubes  map[string]*kube.Server // by cluster name
 	leases map[string]netip.Addr   // by MAC
 	vmAddr map[int]netip.Addr      // by VM id, while powered
 	vmNode map[int]netip.Addr      // by VM id, from its first power-on until it is deleted
+	osAddr map[string]netip.Addr   // by OpenStack server id, while running
+	osNode map[string]netip.Addr   // by OpenStack server id, from its first boot until it is deleted
+	osName map[string]string       // by OpenStack server id, until it is deleted
 	events []Event
 }
 
@@ -191,6 +224,12 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	if !o.Listen.IsValid() {
 		o.Listen = netip.MustParseAddr("127.0.0.1")
 	}
+	if !o.OpenStackExternalCIDR.IsValid() {
+		o.OpenStackExternalCIDR = DefaultOpenStackExternalCIDR
+	}
+	if o.OpenStackRegion == "" {
+		o.OpenStackRegion = openstack.DefaultRegion
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -199,6 +238,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		return nil, err
 	}
 	l := &Lab{opts: o, log: o.Logger, CA: ca, kubes: map[string]*kube.Server{}, leases: map[string]netip.Addr{}, vmAddr: map[int]netip.Addr{}, vmNode: map[int]netip.Addr{},
+		osAddr: map[string]netip.Addr{}, osNode: map[string]netip.Addr{}, osName: map[string]string{},
 		TokenID: pve.DefaultTokenID, TokenSecret: pve.DefaultTokenSecret,
 		RestrictedTokenID: pve.RestrictedTokenID, RestrictedTokenSecret: pve.RestrictedTokenSecret,
 		AuditorTokenID: pve.AuditorTokenID, AuditorTokenSecret: pve.AuditorTokenSecret}
@@ -218,7 +258,9 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 			if found && l.PVE != nil {
 				l.PVE.GuestStopped(vmid)
 				l.event("guest-power-off", fmt.Sprint(vmid), addr.String())
+				return
 			}
+			l.openStackGuestPowerOff(addr)
 		},
 		OnListenError: func(addr netip.Addr, err error) {
 			l.event("api-failed", addr.String(), err.Error())
@@ -244,6 +286,10 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		return nil, err
 	}
 	if l.FactoryURL, err = l.serve(ctx, l.Factory.Handler()); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if err := l.startOpenStack(); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -283,6 +329,12 @@ func (l *Lab) Close() {
 	if l.PVE != nil {
 		l.PVE.Close()
 	}
+	if l.OpenStack != nil {
+		if err := l.OpenStack.Close(); err != nil {
+			l.log.Error("closing the OpenStack emulator", "error", err)
+		}
+	}
+	l.nat.closeAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, s := range servers {

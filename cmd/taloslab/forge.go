@@ -44,11 +44,13 @@ func token(prefix string) string {
 }
 
 // startForge serves the lab forge over HTTPS with the lab CA, creates
-// org/clusters holding clusters/gitops and the upstream repositories
+// org/clusters holding clusters/gitops (on Proxmox's vmbr1) and
+// clusters/openstack (on the lab's OpenStack cloud, in the network nets
+// reserved for it) and the upstream repositories
 // siderolabs/talos and kubernetes/kubernetes with their release history
 // (forge.SeedUpstreamReleases), and writes the agent's configuration,
 // token and secrets under dir/agent.
-func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
+func startForge(dir string, l *lab.Lab, nets *reservation, log *slog.Logger) (*gitopsLab, error) {
 	botToken, userToken := token("ghp_bot"), token("ghp_alice")
 	if err := os.MkdirAll(filepath.Join(dir, "forge"), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the forge directory: %w", err)
@@ -73,11 +75,17 @@ func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
 	if err != nil {
 		return nil, err
 	}
+	cloud, err := l.OpenStackClusterYAML(lab.OpenStackCluster{Name: "gitops-cloud", Workers: 1, CIDR: nets.openstack["clusters/openstack"]})
+	if err != nil {
+		return nil, err
+	}
 	if _, err := repo.Commit("main", map[string]string{
-		"README.md":                    "# clusters\n\nOne directory per cluster; the taloscluster agent plans pull requests and converges merges.\n",
-		"clusters/gitops/cluster.yaml": cluster,
-		"clusters/gitops/ca.pem":       string(l.CA.PEM()),
-	}, "Add the gitops cluster"); err != nil {
+		"README.md":                       "# clusters\n\nOne directory per cluster; the taloscluster agent plans pull requests and converges merges.\n",
+		"clusters/gitops/cluster.yaml":    cluster,
+		"clusters/gitops/ca.pem":          string(l.CA.PEM()),
+		"clusters/openstack/cluster.yaml": cloud,
+		"clusters/openstack/ca.pem":       string(l.CA.PEM()),
+	}, "Add the gitops and openstack clusters"); err != nil {
 		return nil, err
 	}
 	tlsCfg, err := l.CA.ServerTLS("127.0.0.1", "localhost")
@@ -107,6 +115,7 @@ func startForge(dir string, l *lab.Lab, log *slog.Logger) (*gitopsLab, error) {
 		"github-token":                         botToken,
 		"ca.pem":                               string(l.CA.PEM()),
 		"secrets/clusters/gitops/secrets.yaml": fmt.Sprintf("proxmox:\n  token_id: %q\n  token_secret: %q\n", l.TokenID, l.TokenSecret),
+		"secrets/clusters/openstack/secrets.yaml": l.OpenStackSecretsYAML(),
 	}
 	for name, body := range files {
 		p := filepath.Join(adir, name)

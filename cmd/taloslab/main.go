@@ -1,7 +1,8 @@
 // Command taloslab runs the simulated datacenter the demo and the
-// end-to-end tests use: a Proxmox VE API whose VMs boot into simulated
-// Talos nodes, an Image Factory, a Kubernetes API per cluster and a GitHub
-// emulator (the forge), all on loopback addresses.
+// end-to-end tests use: a Proxmox VE API and an OpenStack cloud whose VMs
+// and servers boot into simulated Talos nodes, an Image Factory, a
+// Kubernetes API per cluster and a GitHub emulator (the forge), all on
+// loopback addresses.
 //
 //	taloslab up --dir DIR [--subnet 127.N.0.0/24[,127.M.0.0/24]] [flags]
 //
@@ -41,6 +42,30 @@
 // in bridge order, as --subnet takes them), TALOSLAB_VMBR0_NET,
 // TALOSLAB_VMBR1_NET and TALOSLAB_VMBR2_NET.
 //
+// The OpenStack cloud (Keystone v3, Nova, Neutron, Glance under one HTTPS
+// origin, TLS from ca.pem) is exported with the standard OpenStack client
+// variables, so the openstack CLI, gophercloud and Terraform work after
+// sourcing lab.env: OS_AUTH_URL (Keystone v3, https://127.0.0.1:PORT/
+// identity/v3), OS_AUTH_TYPE=v3applicationcredential,
+// OS_APPLICATION_CREDENTIAL_ID, OS_APPLICATION_CREDENTIAL_SECRET,
+// OS_REGION_NAME (RegionOne), OS_INTERFACE=public,
+// OS_IDENTITY_API_VERSION=3 and OS_CACERT (DIR/ca.pem). Its servers boot
+// into Talos nodes at their first fixed address, configured from their
+// user data. TALOSLAB_OPENSTACK_EXTERNAL_NET (ext-net) is its external
+// network, on TALOSLAB_OPENSTACK_EXTERNAL_CIDR: a floating IP associated
+// with a server forwards ports 6443, 50000, 80 and 443 to the server's
+// fixed address (real Neutron forwards every port; see lab/FIDELITY.md).
+// examples/openstack (cluster "cloud": three gp.medium control planes,
+// two gp.large workers, zone nova, floating IPs from ext-net) has its
+// cluster network on TALOSLAB_OPENSTACK_EXAMPLE_NET, and the forge's
+// clusters/openstack ("gitops-cloud", its secret in the agent's secrets
+// directory) on TALOSLAB_OPENSTACK_GITOPS_NET; the provider creates those
+// subnets. These three /24 blocks are reserved like the bridges' (the
+// first free among 127.44.0.0/24, 127.45.0.0/24, 127.46.0.0/24, then
+// 127.21 to 127.49, then the bridges' candidates). The production
+// OpenStack provider only plans offline so far: converging either cluster
+// fails.
+//
 // examples/proxmox-legacy is a cluster already running in the lab exactly
 // as the Python taloscluster would have left it (lab.WriteLegacyCluster):
 // its VMs, firewalls and boot ISO on Proxmox, its nodes bootstrapped, and
@@ -62,8 +87,18 @@
 // cluster}. Beside the lab's kinds (proxmox-fail, proxmox-task-warnings,
 // proxmox-latency, proxmox-hang, proxmox-reset, proxmox-lost-reply,
 // talos-never-boot, talos-reset-fails, talos-stuck-member, talos-fail,
-// talos-hang, talos-reset, talos-lost-reply, kube-fail, kube-hang, kube-reset, kube-lost-reply; see
-// lab.Fault) it takes the forge's:
+// talos-hang, talos-reset, talos-lost-reply, kube-fail, kube-hang, kube-reset, kube-lost-reply,
+// openstack-fail, openstack-latency, openstack-hang; see lab.Fault) it
+// takes the forge's. The OpenStack ones take op as an operation of the
+// emulator (compute.server.create, network.port.create,
+// image.image.upload, identity.token.create), a service meaning every
+// operation of it (compute, or network.*), or *:
+//
+//	{"kind":"openstack-fail","op":"compute.server.create","n":1,"status":503}
+//	{"kind":"openstack-latency","op":"network.*","millis":2000}
+//	{"kind":"openstack-hang","op":"image","n":1}
+//
+// The forge's:
 //
 //	{"kind":"github-fail","op":"comments.create","n":2,"status":502}
 //	{"kind":"github-fail","op":"releases.list","status":502}
@@ -181,14 +216,17 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer nets.release()
-	l, err := lab.Start(ctx, lab.Options{Bridges: nets.nets, TaskDuration: -1, BootDelay: *boot, InstallDelay: *install,
+	if err := nets.reserveOpenStack(openstackCandidates(), log); err != nil {
+		return err
+	}
+	l, err := lab.Start(ctx, lab.Options{Bridges: nets.nets, OpenStackExternalCIDR: nets.openstack["ext-net"], TaskDuration: -1, BootDelay: *boot, InstallDelay: *install,
 		RebootDelay: *reboot, ReadyDelay: *ready, NodeMonitorGracePeriod: *grace, Logger: log, OnFatal: func(err error) { cancel(err) }})
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 
-	gitops, err := startForge(*dir, l, log)
+	gitops, err := startForge(*dir, l, nets, log)
 	if err != nil {
 		return err
 	}
@@ -206,7 +244,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.FactoryURL, controlURL)
+	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, OpenStack %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.OpenStackURL, l.FactoryURL, controlURL)
 	fmt.Fprintf(stdout, "networks: %s\n", describeNets(nets))
 	fmt.Fprintf(stdout, "source %s for the endpoints; cluster directories are in %s\n", filepath.Join(*dir, "lab.env"), filepath.Join(*dir, "examples"))
 	<-ctx.Done()
@@ -233,6 +271,10 @@ func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL strin
 		return err
 	}
 	if err := l.WriteLegacyCluster(ctx, filepath.Join(dir, "examples", "proxmox-legacy"), lab.Cluster{Name: "legacy", Workers: 1, Bridge: "vmbr2"}); err != nil {
+		return err
+	}
+	if err := l.WriteOpenStackCluster(filepath.Join(dir, "examples", "openstack"),
+		lab.OpenStackCluster{Name: "cloud", Workers: 2, CIDR: nets.openstack["examples/openstack"]}); err != nil {
 		return err
 	}
 	env := fmt.Sprintf(`# taloslab endpoints and credentials (loopback only)
@@ -262,10 +304,29 @@ export TALOSLAB_VMBR1_NET=%q
 export TALOSLAB_VMBR2_NET=%q
 # The forge at TALOSLAB_GITHUB_API also serves the releases of %s
 # (latest %s) and %s (latest %s), as GitHub's releases API.
+# The OpenStack cloud, for the openstack CLI, gophercloud and Terraform:
+# Keystone v3 with an application credential, TLS from the lab's CA.
+export OS_AUTH_URL=%q
+export OS_AUTH_TYPE=v3applicationcredential
+export OS_APPLICATION_CREDENTIAL_ID=%q
+export OS_APPLICATION_CREDENTIAL_SECRET=%q
+export OS_REGION_NAME=%q
+export OS_INTERFACE=public
+export OS_IDENTITY_API_VERSION=3
+export OS_CACERT=%q
+# Its external network (floating IPs forward ports 6443, 50000, 80 and
+# 443), and the cluster networks of examples/openstack and of the forge's
+# clusters/openstack.
+export TALOSLAB_OPENSTACK_EXTERNAL_NET=%q
+export TALOSLAB_OPENSTACK_EXTERNAL_CIDR=%q
+export TALOSLAB_OPENSTACK_EXAMPLE_NET=%q
+export TALOSLAB_OPENSTACK_GITOPS_NET=%q
 `, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
 		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
 		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(), nets.nets["vmbr2"].String(),
-		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest)
+		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest,
+		l.OpenStackURL, l.OpenStackCredential.ID, l.OpenStackCredential.Secret, l.OpenStackRegion, ca,
+		l.OpenStackExternalNet, l.OpenStackExternalCIDR.String(), nets.openstack["examples/openstack"].String(), nets.openstack["clusters/openstack"].String())
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/taloscluster/taloscluster/lab/talos"
@@ -42,6 +43,33 @@ func candidateBlocks() []int {
 	}
 	for n := 1; n < 100; n++ {
 		if n != 42 && n != 43 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// openstackNetNames are the networks of the lab's OpenStack cloud that
+// taloslab up reserves beside the bridges', in the order it reserves them:
+// the external network (floating IPs, hosts .10 and up, forwarded on
+// 6443, 50000, 80 and 443), the cluster network of examples/openstack and
+// that of the forge's clusters/openstack (the OpenStack provider creates
+// each one's subnet; nodes listen on its addresses).
+var openstackNetNames = []string{"ext-net", "examples/openstack", "clusters/openstack"}
+
+// openstackCandidates returns the second octets tried for the OpenStack
+// networks, in order: 44 (the OpenStack emulator's own default external
+// network), 45 and 46, then the other blocks below 50 that the project's
+// tests leave alone, then the bridges' candidates.
+func openstackCandidates() []int {
+	out := []int{44, 45, 46}
+	for n := 21; n <= 49; n++ {
+		if n < 42 || n > 46 {
+			out = append(out, n)
+		}
+	}
+	for _, n := range candidateBlocks() {
+		if !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}
@@ -144,8 +172,9 @@ func probe(p netip.Prefix) error {
 // reservation is the networks a lab serves and the locks that keep other
 // taloslab processes off them while it runs.
 type reservation struct {
-	nets  map[string]netip.Prefix // by bridge
-	locks []*blockLock
+	nets      map[string]netip.Prefix // by bridge
+	openstack map[string]netip.Prefix // by openstackNetNames
+	locks     []*blockLock
 }
 
 // release lets other labs use the networks.
@@ -223,6 +252,53 @@ func reserve(requested []netip.Prefix, candidates []int, log *slog.Logger) (*res
 	return r, nil
 }
 
+// reserveOpenStack adds a network for each of openstackNetNames: the
+// first free candidate block that r does not hold already. Running out of
+// candidates is an error.
+func (r *reservation) reserveOpenStack(candidates []int, log *slog.Logger) error {
+	if r.openstack == nil {
+		r.openstack = map[string]netip.Prefix{}
+	}
+	held := func(p netip.Prefix) bool {
+		for _, q := range r.nets {
+			if q == p {
+				return true
+			}
+		}
+		for _, q := range r.openstack {
+			if q == p {
+				return true
+			}
+		}
+		return false
+	}
+	for _, name := range openstackNetNames {
+		var last error
+		for _, n := range candidates {
+			p := block(n)
+			if held(p) {
+				continue
+			}
+			lock, err := claim(p)
+			if err != nil {
+				log.Info("lab network skipped", "network", p, "reason", err)
+				last = err
+				continue
+			}
+			r.openstack[name], r.locks = p, append(r.locks, lock)
+			break
+		}
+		if _, ok := r.openstack[name]; !ok {
+			if last == nil {
+				last = errors.New("no candidate left")
+			}
+			return fmt.Errorf("finding a free /24 in %s for the OpenStack network %s (tried %d blocks; the last: %v)",
+				loopbackBlock, name, len(candidates), last)
+		}
+	}
+	return nil
+}
+
 // claim takes a network's lock and checks its addresses are free. It
 // returns the lock, held, or why the network cannot be used.
 func claim(p netip.Prefix) (*blockLock, error) {
@@ -245,6 +321,11 @@ func describeNets(r *reservation) string {
 	parts := make([]string, 0, len(bridgeNames))
 	for _, b := range bridgeNames {
 		parts = append(parts, b+" "+r.nets[b].String())
+	}
+	for _, n := range openstackNetNames {
+		if p, ok := r.openstack[n]; ok {
+			parts = append(parts, "OpenStack "+n+" "+p.String())
+		}
 	}
 	return strings.Join(parts, ", ")
 }

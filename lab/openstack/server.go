@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,7 +161,8 @@ type Op struct {
 	Method, Path string
 	// Status is the HTTP status answered.
 	Status int
-	// Fault is "fail" when the answer was an injected failure.
+	// Fault is "fail" when the answer was an injected failure (FailNext),
+	// "hang" when no answer was sent (Hang; Status is then 0).
 	Fault string
 }
 
@@ -180,6 +183,10 @@ type Server struct {
 	tokens map[string]*token
 	log    []Op
 	faults map[string]*fault
+	// latency and hang are the Latency and Hang faults, by operation
+	// pattern (see matchOp).
+	latency map[string]time.Duration
+	hang    map[string]int
 }
 
 type fault struct {
@@ -279,7 +286,9 @@ func (s *Server) Log() []Op {
 }
 
 // FailNext makes the next n requests of operation name (see Op.Name) answer
-// status with the service's error body, without their effect.
+// status with the service's error body, without their effect. name may be a
+// pattern (see matchOp): "compute" or "compute.*" is every operation of
+// Nova, "*" every operation. n <= 0 removes the fault.
 func (s *Server) FailNext(name string, n, status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -288,6 +297,68 @@ func (s *Server) FailNext(name string, n, status int) {
 		return
 	}
 	s.faults[name] = &fault{n: n, status: status}
+}
+
+// Latency delays every request of the operations name matches (as in
+// FailNext) by d before it is handled; d <= 0 removes the delay.
+func (s *Server) Latency(name string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d <= 0 {
+		delete(s.latency, name)
+		return
+	}
+	if s.latency == nil {
+		s.latency = map[string]time.Duration{}
+	}
+	s.latency[name] = d
+}
+
+// Hang makes the next n requests of the operations name matches (as in
+// FailNext) never answer, without their effect: each is held until its
+// client gives up or the server closes, then its connection is dropped.
+// n <= 0 removes the fault.
+func (s *Server) Hang(name string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n <= 0 {
+		delete(s.hang, name)
+		return
+	}
+	if s.hang == nil {
+		s.hang = map[string]int{}
+	}
+	s.hang[name] += n
+}
+
+// matchOp reports whether a fault's operation pattern covers the operation
+// name: the name itself, "*" for every operation, or a service prefix,
+// written "compute" or "compute.*" (every operation whose name starts with
+// "compute."; "compute.server" and "compute.server.*" likewise cover every
+// operation on servers).
+func matchOp(pattern, name string) bool {
+	switch {
+	case pattern == name || pattern == "*":
+		return true
+	case strings.HasSuffix(pattern, ".*"):
+		return strings.HasPrefix(name, strings.TrimSuffix(pattern, "*"))
+	}
+	return strings.HasPrefix(name, pattern+".")
+}
+
+// bestMatch returns the most specific key of m that covers name (the name
+// itself, then the longest prefix), and whether there is one.
+func bestMatch[V any](m map[string]V, name string) (string, bool) {
+	best, found := "", false
+	for p := range m {
+		if !matchOp(p, name) {
+			continue
+		}
+		if !found || p == name || (best != name && len(p) > len(best)) {
+			best, found = p, true
+		}
+	}
+	return best, found
 }
 
 // opHandler is an operation: a name for the log and faults, and its handler.
@@ -315,13 +386,48 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	entry := Op{Time: start, Name: op.name, Method: r.Method, Path: r.URL.Path}
 	s.mu.Lock()
-	f := s.faults[op.name]
-	if f != nil {
-		if f.n--; f.n <= 0 {
-			delete(s.faults, op.name)
-		}
+	var delay time.Duration
+	if p, ok := bestMatch(s.latency, op.name); ok {
+		delay = s.latency[p]
 	}
 	s.mu.Unlock()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			panic(http.ErrAbortHandler) // the client is gone: answer nothing
+		}
+	}
+	s.mu.Lock()
+	hang := false
+	if p, ok := bestMatch(s.hang, op.name); ok {
+		hang = true
+		if s.hang[p]--; s.hang[p] <= 0 {
+			delete(s.hang, p)
+		}
+	}
+	var f *fault
+	if p, ok := bestMatch(s.faults, op.name); ok && !hang {
+		f = s.faults[p]
+		if f.n--; f.n <= 0 {
+			delete(s.faults, p)
+		}
+	}
+	if hang {
+		entry.Fault = "hang"
+		s.log = append(s.log, entry)
+	}
+	s.mu.Unlock()
+	if hang {
+		// Held until the client gives up or Close drops the connection;
+		// nothing is answered. The body is read first: net/http notices a
+		// closed connection (and ends the context) only once it has been.
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+		panic(http.ErrAbortHandler)
+	}
 	if f != nil {
 		entry.Fault = "fail"
 		entry.Status = writeError(w, f.status, "injected failure", http.StatusText(f.status))
