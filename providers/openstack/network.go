@@ -65,7 +65,7 @@ func (p *Provider) planNetwork(want *reconcile.Desired, inv *inventory) ([]plan.
 		switch {
 		case !ok:
 			add(plan.ActionCreate, plan.KindPort, name, "reserved port whose fixed address is the "+what+" VIP, shared by the "+map[bool]string{true: "control planes", false: "workers"}[what != "ingress"]+" through allowed address pairs", createPort{name: name})
-			vips[name] = "(known after network)"
+			vips[name] = reconcile.UnknownEndpoint
 		default:
 			addr, _ := fixedAddr(port)
 			vips[name] = addr.String()
@@ -93,19 +93,28 @@ func (p *Provider) planNetwork(want *reconcile.Desired, inv *inventory) ([]plan.
 			add(plan.ActionCreate, plan.KindPort, m.Hostname, "machine port with the cluster security group",
 				createPort{name: m.Hostname, machine: true, role: m.Role(), pool: m.Pool.Name, mac: m.ClusterMAC, pair: pair},
 				plan.Attribute{Key: "network", Value: p.netName()},
-				plan.Attribute{Key: "allowed_address_pairs", Value: pair + " (" + vips[pair] + ")"})
+				plan.Attribute{Key: "allowed_address_pairs", Value: pairText(pair, vips[pair])})
 			continue
 		}
 		if why := p.portDrift(port, inv, vips[pair]); why != "" {
 			add(plan.ActionUpdate, plan.KindPort, m.Hostname, why,
 				updatePort{name: m.Hostname, pair: pair},
-				plan.Attribute{Key: "allowed_address_pairs", Value: pair + " (" + vips[pair] + ")"})
+				plan.Attribute{Key: "allowed_address_pairs", Value: pairText(pair, vips[pair])})
 		}
 	}
 	for _, name := range p.strayPorts(want, inv) {
 		add(plan.ActionDelete, plan.KindPort, name, "machine port of a machine that is no longer in cluster.yaml and never became a server", deletePort{name: name})
 	}
 	return out, nil
+}
+
+// pairText shows the reserved port whose address a machine port may
+// carry, with that address.
+func pairText(port, addr string) string {
+	if addr == reconcile.UnknownEndpoint {
+		return port + " " + addr
+	}
+	return port + " (" + addr + ")"
 }
 
 // portDrift says why a machine port needs an update: the security group
