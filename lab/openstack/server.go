@@ -180,6 +180,9 @@ type Server struct {
 	tokens map[string]*token
 	log    []Op
 	faults map[string]*fault
+
+	// net is Neutron's state (neutron.go), guarded by mu.
+	net *neutron
 }
 
 type fault struct {
