@@ -106,7 +106,7 @@ func (s *Server) networkRoutes() {
 
 	s.handle("GET /network", "network.versions", s.networkVersions)
 	s.handle("GET /network/{$}", "network.versions", s.networkVersions)
-	s.handle("GET /network/v2.0/{$}", "network.version", s.nh(s.networkVersion))
+	s.handleNeutron("GET /network/v2.0/{$}", "network.version", s.networkVersion)
 
 	const v = "/network/v2.0/"
 	for _, r := range []struct {
@@ -156,16 +156,16 @@ func (s *Server) networkRoutes() {
 		{"GET", "security-group-rules/{id}", "network.securitygrouprule.show", s.showSecRule},
 		{"DELETE", "security-group-rules/{id}", "network.securitygrouprule.delete", s.deleteSecRule},
 	} {
-		s.handle(r.method+" "+v+r.path, r.op, s.nh(r.fn))
+		s.handleNeutron(r.method+" "+v+r.path, r.op, r.fn)
 	}
 	for _, coll := range []string{"networks", "subnets", "ports", "routers", "floatingips", "security-groups"} {
 		coll := coll
-		s.handle("GET "+v+coll+"/{id}/tags", "network.tag.list", s.nh(s.tagsHandler(coll, tagList)))
-		s.handle("PUT "+v+coll+"/{id}/tags", "network.tag.replace", s.nh(s.tagsHandler(coll, tagReplace)))
-		s.handle("DELETE "+v+coll+"/{id}/tags", "network.tag.delete_all", s.nh(s.tagsHandler(coll, tagDeleteAll)))
-		s.handle("GET "+v+coll+"/{id}/tags/{tag}", "network.tag.check", s.nh(s.tagsHandler(coll, tagCheck)))
-		s.handle("PUT "+v+coll+"/{id}/tags/{tag}", "network.tag.add", s.nh(s.tagsHandler(coll, tagAdd)))
-		s.handle("DELETE "+v+coll+"/{id}/tags/{tag}", "network.tag.delete", s.nh(s.tagsHandler(coll, tagDelete)))
+		s.handleNeutron("GET "+v+coll+"/{id}/tags", "network.tag.list", s.tagsHandler(coll, tagList))
+		s.handleNeutron("PUT "+v+coll+"/{id}/tags", "network.tag.replace", s.tagsHandler(coll, tagReplace))
+		s.handleNeutron("DELETE "+v+coll+"/{id}/tags", "network.tag.delete_all", s.tagsHandler(coll, tagDeleteAll))
+		s.handleNeutron("GET "+v+coll+"/{id}/tags/{tag}", "network.tag.check", s.tagsHandler(coll, tagCheck))
+		s.handleNeutron("PUT "+v+coll+"/{id}/tags/{tag}", "network.tag.add", s.tagsHandler(coll, tagAdd))
+		s.handleNeutron("DELETE "+v+coll+"/{id}/tags/{tag}", "network.tag.delete", s.tagsHandler(coll, tagDelete))
 	}
 }
 

@@ -15,10 +15,20 @@ import (
 // anything else for a 500).
 type neutronHandler func(r *http.Request) (int, any, error)
 
-// nh wraps a neutronHandler: the token check, the lock, Neutron's error
-// body, and the floating IP hook calls the operation queued.
-func (s *Server) nh(fn neutronHandler) func(w http.ResponseWriter, r *http.Request) int {
-	return func(w http.ResponseWriter, r *http.Request) int {
+// handleNeutron registers a Neutron operation: the token check, the
+// path's wildcards, the lock, Neutron's error body, and the floating IP
+// hook calls the operation queued.
+func (s *Server) handleNeutron(pattern, name string, fn neutronHandler) {
+	_, path, _ := strings.Cut(pattern, " ")
+	wild := strings.Split(path, "/")
+	s.handle(pattern, name, func(w http.ResponseWriter, r *http.Request) int {
+		// The server routes with ServeMux.Handler, which leaves the
+		// request's path values unset: they are set from the pattern here.
+		for i, seg := range strings.Split(r.URL.Path, "/") {
+			if i < len(wild) && strings.HasPrefix(wild[i], "{") && wild[i] != "{$}" {
+				r.SetPathValue(strings.Trim(wild[i], "{}"), seg)
+			}
+		}
 		if !s.authorized(r) {
 			return s.unauthorized(w)
 		}
@@ -41,7 +51,7 @@ func (s *Server) nh(fn neutronHandler) func(w http.ResponseWriter, r *http.Reque
 			return status
 		}
 		return writeJSON(w, status, body)
-	}
+	})
 }
 
 // neutronError is an error answered as

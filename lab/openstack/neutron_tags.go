@@ -88,10 +88,7 @@ func (s *Server) tagsHandler(coll string, op tagOp) neutronHandler {
 		}
 		if op != tagList && op != tagCheck && !s.visible(a.project) {
 			action := map[tagOp]string{tagReplace: "update", tagAdd: "update", tagDelete: "delete", tagDeleteAll: "delete"}[op]
-			member := strings.TrimSuffix(strings.TrimSuffix(objType, "s"), "_group") // networks -> network
-			if objType == "security_groups" {
-				member = "security_group"
-			}
+			member := strings.TrimSuffix(objType, "s") // networks -> network
 			return 0, nil, policyDenied(action + "_" + member + ":tags")
 		}
 		has := func(t string) bool {
