@@ -187,6 +187,9 @@ type Server struct {
 	// pattern (see matchOp).
 	latency map[string]time.Duration
 	hang    map[string]int
+
+	// net is Neutron's state (neutron.go), guarded by mu.
+	net *neutron
 }
 
 type fault struct {
