@@ -55,6 +55,8 @@ openstack:
   availability_zone: nova
   external_net: %s          # floating IPs from %s (loopback)
   region: %s
+  tls_verify: ca.pem        # the lab's CA signs Keystone's certificate
+  image_factory: %s
 
 network:
   cluster:
@@ -67,7 +69,7 @@ security:
     loopback: 127.0.0.0/8
   talos:
     loopback: 127.0.0.0/8
-`, c.Name, c.Workers, l.OpenStackURL, l.OpenStackExternalNet, l.OpenStackExternalCIDR, l.OpenStackRegion, c.CIDR), nil
+`, c.Name, c.Workers, l.OpenStackURL, l.OpenStackExternalNet, l.OpenStackExternalCIDR, l.OpenStackRegion, l.FactoryURL, c.CIDR), nil
 }
 
 // OpenStackSecretsYAML is the secrets.yaml of an OpenStack cluster: the
