@@ -180,6 +180,10 @@ type Server struct {
 	tokens map[string]*token
 	log    []Op
 	faults map[string]*fault
+
+	// nova and glance are those services' state, guarded by mu.
+	nova   *novaState
+	glance *glanceState
 }
 
 type fault struct {
@@ -324,7 +328,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if f != nil {
 		entry.Fault = "fail"
-		entry.Status = writeError(w, f.status, "injected failure", http.StatusText(f.status))
+		entry.Status = writeInjected(w, r, op.name, f.status)
 	} else {
 		entry.Status = op.fn(w, r)
 	}
