@@ -24,7 +24,8 @@ func (s *Server) imageRoutes() {
 
 	api := func(pattern, name string, fn func(w http.ResponseWriter, r *http.Request) int) {
 		method, path, _ := strings.Cut(pattern, " ")
-		s.handle(method+" "+imagePrefix+"/v2"+path, name, s.glanceAPI(fn))
+		full := method + " " + imagePrefix + "/v2" + path
+		s.handle(full, name, s.glanceAPI(withPathValues(full, fn)))
 	}
 	api("POST /images", "image.image.create", s.createImage)
 	api("GET /images", "image.image.list", s.listImages)
@@ -93,7 +94,7 @@ func glanceError(w http.ResponseWriter, r *http.Request, status int, message str
 	case "text/html":
 		ct = "text/html"
 		out = "<html>\n <head>\n  <title>" + statusLine + "</title>\n </head>\n <body>\n  <h1>" + statusLine +
-			"</h1>\n  " + html.EscapeString(message) + "<br /><br />\n\n\n\n </body>\n</html>"
+			"</h1>\n  " + strings.ReplaceAll(html.EscapeString(message), "&#39;", "&#x27;") + "<br /><br />\n\n\n\n </body>\n</html>"
 	case "application/json":
 		ct = "application/json"
 		b, _ := json.Marshal(map[string]string{"message": body, "code": statusLine, "title": http.StatusText(status)})

@@ -53,7 +53,8 @@ func (s *Server) computeRoutes() {
 
 	api := func(pattern, name string, fn func(w http.ResponseWriter, r *http.Request) int) {
 		method, path, _ := strings.Cut(pattern, " ")
-		s.handle(method+" "+computePrefix+path, name, s.novaAPI(fn))
+		full := method + " " + computePrefix + path
+		s.handle(full, name, s.novaAPI(withPathValues(full, fn)))
 	}
 	api("GET /flavors", "compute.flavor.list", s.listFlavors)
 	api("GET /flavors/detail", "compute.flavor.list", s.listFlavors)
