@@ -182,7 +182,9 @@ func TestServerCreateRefusals(t *testing.T) {
 			"Block Device Mapping is Invalid: failed to get image " + port2 + "."},
 		{"volume under min_disk", "2.52", base(func(o *servers.CreateOpts) { o.BlockDevice[0].VolumeSize = 1 }), 400,
 			"Volume is smaller than the minimum size specified in image metadata. Volume size is 1073741824 bytes, minimum size is 2147483648 bytes."},
-		{"unknown port", "2.52", base(func(o *servers.CreateOpts) { o.Networks = []servers.Network{{Port: "33333333-3333-4333-8333-333333333333"}} }), 400,
+		{"unknown port", "2.52", base(func(o *servers.CreateOpts) {
+			o.Networks = []servers.Network{{Port: "33333333-3333-4333-8333-333333333333"}}
+		}), 400,
 			"Port id 33333333-3333-4333-8333-333333333333 could not be found."},
 		{"port in use", "2.52", base(func(o *servers.CreateOpts) { o.Networks = []servers.Network{{Port: port2}} }), 409,
 			"Port " + port2 + " is still in use."},
