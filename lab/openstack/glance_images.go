@@ -158,7 +158,9 @@ func (s *Server) createImage(w http.ResponseWriter, r *http.Request) int {
 	s.glance.images[img.id] = img
 	out := s.imageBody(img)
 	s.mu.Unlock()
-	w.Header().Set("Location", s.url+imagePrefix+"/v2/images/"+img.id)
+	// Glance sets Location to /v2/images/<id>; webob makes it absolute
+	// against the request URL, which drops the /image prefix.
+	w.Header().Set("Location", s.url+"/v2/images/"+img.id)
 	w.Header().Set("OpenStack-image-import-methods", strings.Join(glanceImportMethods, ","))
 	return writeJSON(w, http.StatusCreated, out)
 }
