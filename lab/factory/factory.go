@@ -334,7 +334,11 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request, id, version, f
 
 // Image returns the stand-in image the factory serves for a schematic,
 // version and file: an ISO 9660 image for *.iso (its root holds TALOS.TXT
-// describing the request), a few KiB of deterministic bytes otherwise.
+// describing the request), a few KiB of deterministic bytes otherwise. Those
+// bytes are compressed as the file's name says, as the factory serves its
+// disk images: *.xz is an xz stream, *.tar.gz a gzip stream of a tar
+// archive holding disk.raw (the GCP image's layout), any other *.gz a gzip
+// stream. Other suffixes (*.zst included) are served uncompressed.
 func Image(schematic, version, file string, extensions []string) []byte {
 	var info strings.Builder
 	fmt.Fprintf(&info, "schematic: %s\nversion: %s\nfile: %s\nextensions:\n", schematic, version, file)
@@ -350,5 +354,5 @@ func Image(schematic, version, file string, extensions []string) []byte {
 		seed = sha256.Sum256(seed[:])
 		out = append(out, seed[:]...)
 	}
-	return out
+	return compress(file, out)
 }

@@ -1,8 +1,11 @@
 package factory_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/kdomanski/iso9660"
+	"github.com/ulikunitz/xz"
 
 	"github.com/taloscluster/taloscluster/lab/factory"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
@@ -213,6 +217,18 @@ func TestImages(t *testing.T) {
 		if code != http.StatusOK || len(raw) < 2048 {
 			t.Errorf("%s = %d, %d bytes", file, code, len(raw))
 		}
+		if strings.HasSuffix(file, ".iso") || strings.HasSuffix(file, ".efi") {
+			continue
+		}
+		// Compressed names are real streams of the stand-in bytes.
+		plain, err := decompress(file, raw)
+		if err != nil {
+			t.Errorf("%s: %v", file, err)
+			continue
+		}
+		if !bytes.HasPrefix(plain, []byte("TALOSCLUSTER LAB IMAGE\nschematic: "+id)) || len(plain) < 4096 {
+			t.Errorf("%s decompresses to %d bytes starting %q", file, len(plain), plain[:min(len(plain), 40)])
+		}
 	}
 
 	unknown := strings.Repeat("a", 64)
@@ -260,4 +276,35 @@ func TestImages(t *testing.T) {
 	if _, ok := f.Schematics()[factory.EmptySchematicID]; !ok {
 		t.Error("the empty schematic is not known from the start")
 	}
+}
+
+// decompress undoes what the factory's file name says: xz, gzip, or a
+// gzip'd tar archive holding disk.raw.
+func decompress(file string, data []byte) ([]byte, error) {
+	switch {
+	case strings.HasSuffix(file, ".xz"):
+		r, err := xz.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, err
+		}
+		return io.ReadAll(r)
+	case strings.HasSuffix(file, ".gz"):
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, err
+		}
+		if !strings.HasSuffix(file, ".tar.gz") {
+			return io.ReadAll(zr)
+		}
+		tr := tar.NewReader(zr)
+		h, err := tr.Next()
+		if err != nil {
+			return nil, err
+		}
+		if h.Name != "disk.raw" {
+			return nil, fmt.Errorf("the archive holds %q, want disk.raw", h.Name)
+		}
+		return io.ReadAll(tr)
+	}
+	return data, nil
 }

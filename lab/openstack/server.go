@@ -190,6 +190,10 @@ type Server struct {
 
 	// net is Neutron's state (neutron.go), guarded by mu.
 	net *neutron
+
+	// nova and glance are those services' state, guarded by mu.
+	nova   *novaState
+	glance *glanceState
 }
 
 type fault struct {
@@ -433,7 +437,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f != nil {
 		entry.Fault = "fail"
-		entry.Status = writeError(w, f.status, "injected failure", http.StatusText(f.status))
+		entry.Status = writeInjected(w, r, op.name, f.status)
 	} else {
 		entry.Status = op.fn(w, r)
 	}

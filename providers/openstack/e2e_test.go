@@ -1,0 +1,263 @@
+package openstack_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/taloscluster/taloscluster/lab"
+	"github.com/taloscluster/taloscluster/providers/openstack"
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/kube"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+	"github.com/taloscluster/taloscluster/reconcile/state"
+)
+
+// worldNets are this package's loopback /24s, two per lab world (the
+// cluster network, then the external network of the floating IPs):
+// 127.190 to 127.199, taken out of providers/proxmox's.
+var (
+	worldNets = []int{190, 191, 192, 193, 194, 195, 196, 197, 198, 199}
+	netSeq    atomic.Int32
+)
+
+type world struct {
+	lab  *lab.Lab
+	dir  string
+	name string
+}
+
+func newWorld(t *testing.T, name string, workers int) *world {
+	t.Helper()
+	i := int(netSeq.Add(2)) - 2
+	if i+1 >= len(worldNets) {
+		t.Fatalf("more than %d lab worlds in this package: give worldNets more networks", len(worldNets)/2)
+	}
+	clusterNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", worldNets[i]))
+	extNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", worldNets[i+1]))
+	l, err := lab.Start(t.Context(), lab.Options{
+		TaskDuration: -1, OpenStackExternalCIDR: extNet, OpenStackBuildDelay: 20 * time.Millisecond,
+		BootDelay: 20 * time.Millisecond, InstallDelay: 20 * time.Millisecond, RebootDelay: 20 * time.Millisecond,
+		ReadyDelay: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	dir := t.TempDir()
+	if err := l.WriteOpenStackCluster(dir, lab.OpenStackCluster{Name: name, Workers: workers, CIDR: clusterNet}); err != nil {
+		t.Fatal(err)
+	}
+	return &world{lab: l, dir: dir, name: name}
+}
+
+func (w *world) cluster(t *testing.T) (*spec.Cluster, []spec.Problem) {
+	t.Helper()
+	c, warns, err := spec.Load(w.dir, spec.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, warns
+}
+
+func (w *world) engine(t *testing.T) *reconcile.Engine {
+	t.Helper()
+	c, warns := w.cluster(t)
+	p, err := openstack.New(c, os.DirFS(w.dir), nil, openstack.WithPoll(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("converge progress:\n%s", out.String())
+		}
+	})
+	return &reconcile.Engine{Cluster: c, Warnings: warns, State: state.Local{Dir: w.dir}, Key: w.name, Infra: p, Progress: &out,
+		BootTimeout: 60 * time.Second, PollInterval: 50 * time.Millisecond}
+}
+
+// mutations counts the OpenStack calls that change something (a token
+// is not a change).
+func (w *world) mutations() []string {
+	var out []string
+	for _, op := range w.lab.OpenStack.Log() {
+		if op.Method != http.MethodGet && op.Name != "identity.token.create" {
+			out = append(out, op.Name)
+		}
+	}
+	return out
+}
+
+func (w *world) setYAML(t *testing.T, old, new string) {
+	t.Helper()
+	path := filepath.Join(w.dir, "cluster.yaml")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), old) {
+		t.Fatalf("cluster.yaml has no %q", old)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(data), old, new, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func converge(t *testing.T, e *reconcile.Engine) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	if err := e.Converge(ctx); err != nil {
+		t.Fatalf("converge: %v", err)
+	}
+}
+
+func TestFirstBuildSecondConvergeAndEndpoints(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os1", 2)
+	offline, err := openstack.Offline(func() *spec.Cluster { c, _ := w.cluster(t); return c }())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := w.cluster(t)
+	p, err := reconcile.OfflinePlan(c, nil, offline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := 0
+	for _, ch := range p.Changes {
+		for _, a := range ch.Attributes {
+			if strings.Contains(a.Value, reconcile.UnknownEndpoint) {
+				unknown++
+			}
+		}
+	}
+	if unknown == 0 {
+		t.Errorf("the offline plan never says %s", reconcile.UnknownEndpoint)
+	}
+
+	e := w.engine(t)
+	converge(t, e)
+	servers := w.lab.OpenStack.Servers()
+	if len(servers) != 5 {
+		t.Fatalf("%d servers, want 5: %v", len(servers), servers)
+	}
+
+	// The endpoints: the engine's API is the kubeapi port's fixed address,
+	// people's kubeconfig names its floating IP, and both answer.
+	obs, err := e.Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !obs.API.Known || obs.API.Public == "" || !w.lab.OpenStackExternalCIDR.Contains(obs.API.PublicAddr) {
+		t.Fatalf("API endpoint %+v: want the kubeapi VIP with a floating IP from %s", obs.API, w.lab.OpenStackExternalCIDR)
+	}
+	data, err := os.ReadFile(filepath.Join(w.dir, reconcile.KubeconfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kube.Server(data); got != obs.API.Public {
+		t.Errorf("the kubeconfig names %s, want the floating IP's %s", got, obs.API.Public)
+	}
+	for _, server := range []string{obs.API.Public, obs.API.URL} {
+		kc, err := kube.NewAt(data, server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kc.Version(t.Context()); err != nil {
+			t.Errorf("the API at %s does not answer: %v", server, err)
+		}
+	}
+	if obs.Kube.Unknown != "" || len(obs.Kube.Nodes) != 5 {
+		t.Errorf("the engine's view of Kubernetes: %q, %d nodes", obs.Kube.Unknown, len(obs.Kube.Nodes))
+	}
+
+	// Ports: every machine port carries its VIP as an allowed address pair.
+	vips := map[string]string{}
+	for _, port := range w.lab.OpenStack.Ports() {
+		if port.Name == "os1-kubeapi" || port.Name == "os1-ingress" {
+			vips[port.Name] = port.Addrs[0].String()
+		}
+	}
+	for _, port := range w.lab.OpenStack.Ports() {
+		want := ""
+		switch {
+		case strings.HasPrefix(port.Name, "os1-controlplane-"):
+			want = vips["os1-kubeapi"]
+		case strings.HasPrefix(port.Name, "os1-worker-"):
+			want = vips["os1-ingress"]
+		default:
+			continue
+		}
+		if !slices.Contains(port.AllowedAddressPairs, want) || len(port.SecurityGroups) != 1 {
+			t.Errorf("port %s: pairs %v, groups %v; want the pair %s and the cluster group", port.Name, port.AllowedAddressPairs, port.SecurityGroups, want)
+		}
+	}
+	table := w.lab.OpenStack.FloatingIPTable()
+	if len(table) != 2 {
+		t.Errorf("floating IPs %v, want two (API and ingress)", table)
+	}
+	for _, vip := range vips {
+		found := false
+		for _, fixed := range table {
+			found = found || fixed.String() == vip
+		}
+		if !found {
+			t.Errorf("no floating IP in front of %s: %v", vip, table)
+		}
+	}
+
+	// A second converge changes nothing.
+	before := len(w.mutations())
+	p2, err := w.engine(t).Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range p2.Changes {
+		if ch.Domain == plan.DomainProvider {
+			t.Errorf("the second plan has a provider step: %s %s (%s)", ch.Action, ch.Resource, ch.Reason)
+		}
+	}
+	converge(t, w.engine(t))
+	if got := w.mutations()[before:]; len(got) > 0 {
+		t.Errorf("the second converge made OpenStack calls that change something: %v", got)
+	}
+}
+
+func TestServersAreCreateOnly(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os2", 1)
+	converge(t, w.engine(t))
+	cases := []struct{ old, new, want string }{
+		{"flavor: gp.large", "flavor: gp.xlarge", "flavor gp.large -> gp.xlarge"},
+		{"disk: 80", "disk: 160", "disk 80 GB -> 160 GB"},
+		{"availability_zone: nova", "availability_zone: nova2", "openstack.availability_zone"},
+	}
+	for _, tc := range cases {
+		w.setYAML(t, tc.old, tc.new)
+		before := len(w.mutations())
+		e := w.engine(t)
+		err := e.Converge(t.Context())
+		if !errors.Is(err, reconcile.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s -> %s: converge says %v, want a refusal naming %q", tc.old, tc.new, err, tc.want)
+		}
+		if tc.want != "openstack.availability_zone" && !strings.Contains(err.Error(), "os2-worker-01") {
+			t.Errorf("the refusal does not name the server: %v", err)
+		}
+		if got := w.mutations()[before:]; len(got) > 0 {
+			t.Errorf("a refused converge changed %v", got)
+		}
+		w.setYAML(t, tc.new, tc.old)
+	}
+}
