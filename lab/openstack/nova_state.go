@@ -264,3 +264,26 @@ func (s *Server) ImageData(id string) ([]byte, bool) {
 	}
 	return append([]byte(nil), img.data...), true
 }
+
+// ServerState is a server as Servers reports it.
+type ServerState struct {
+	ID, Name string
+	// VMState is Nova's vm_state (building, active, error, ...).
+	VMState string
+}
+
+// Servers returns every server that exists, in creation order.
+func (s *Server) Servers() []ServerState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nova == nil {
+		return nil
+	}
+	var out []ServerState
+	for _, id := range s.nova.order {
+		if sv, ok := s.nova.servers[id]; ok {
+			out = append(out, ServerState{ID: sv.id, Name: sv.name, VMState: sv.vmState})
+		}
+	}
+	return out
+}
