@@ -2,6 +2,7 @@ package openstack_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +14,12 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	gcos "github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 
 	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/providers/openstack"
@@ -260,4 +267,87 @@ func TestServersAreCreateOnly(t *testing.T) {
 		}
 		w.setYAML(t, tc.new, tc.old)
 	}
+}
+
+// TestScaleDownAndStrayPortReclaim shrinks the worker pool: the surplus
+// worker is drained, reset and deleted with its port, and a machine port
+// left by a machine that never became a server is reclaimed by the network
+// phase.
+func TestScaleDownAndStrayPortReclaim(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os3", 2)
+	converge(t, w.engine(t))
+
+	w.setYAML(t, "count: 2", "count: 1")
+	// A port of a machine that is not wanted and has no server: what a
+	// create that failed after its port leaves.
+	stray := w.addPort(t, "os3-net", "os3-worker-07", []string{"managed-by=taloscluster", "cluster=os3", "role=worker", "pool=worker"})
+	p, err := w.engine(t).Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, ch := range p.Changes {
+		if ch.Domain == plan.DomainProvider && ch.Action == plan.ActionDelete {
+			steps = append(steps, string(ch.Phase)+" "+ch.Resource.String())
+		}
+	}
+	want := []string{"network port os3-worker-07", "scale-down machine os3-worker-02"}
+	if !slices.Equal(steps, want) {
+		t.Fatalf("provider deletions %v, want %v", steps, want)
+	}
+	e := w.engine(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	e.Approve = func(*plan.Plan) error { return nil }
+	if err := e.Converge(ctx); err != nil {
+		t.Fatalf("converge: %v", err)
+	}
+	var names []string
+	for _, s := range w.lab.OpenStack.Servers() {
+		names = append(names, s.Name)
+	}
+	if slices.Contains(names, "os3-worker-02") || len(names) != 4 {
+		t.Errorf("servers after the scale-down: %v", names)
+	}
+	for _, port := range w.lab.OpenStack.Ports() {
+		if port.Name == "os3-worker-02" || port.ID == stray {
+			t.Errorf("port %s (%s) is still there", port.Name, port.ID)
+		}
+	}
+}
+
+// addPort creates a tagged port with gophercloud, as another client would.
+func (w *world) addPort(t *testing.T, network, name string, tags []string) string {
+	t.Helper()
+	pc, err := gcos.NewClient(w.lab.OpenStackURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.HTTPClient = http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+	err = gcos.Authenticate(t.Context(), pc, gophercloud.AuthOptions{IdentityEndpoint: w.lab.OpenStackURL,
+		ApplicationCredentialID: w.lab.OpenStackCredential.ID, ApplicationCredentialSecret: w.lab.OpenStackCredential.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := gcos.NewNetworkV2(pc, gophercloud.EndpointOpts{Region: w.lab.OpenStackRegion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := networks.List(nc, networks.ListOpts{Name: network}).AllPages(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nets, err := networks.ExtractNetworks(page)
+	if err != nil || len(nets) != 1 {
+		t.Fatalf("network %s: %v, %v", network, nets, err)
+	}
+	port, err := ports.Create(t.Context(), nc, ports.CreateOpts{NetworkID: nets[0].ID, Name: name}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := attributestags.ReplaceAll(t.Context(), nc, "ports", port.ID, attributestags.ReplaceAllOpts{Tags: tags}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+	return port.ID
 }
