@@ -65,6 +65,15 @@ if ! "$bin/taloscluster" converge --yes -C "$cluster" > "$work/rollout.log" 2>&1
 fi
 grep -E 'healthy' "$work/rollout.log"
 echo
+echo "== OpenStack: the same engine on the lab's Keystone, Nova, Neutron and Glance (examples/openstack)"
+"$bin/taloscluster" plan -C "$TALOSLAB_EXAMPLES/openstack" | grep -E '^(Plan|Summary|  [-+~] +(port +[a-z0-9]+-(kubeapi|ingress)|floating-ip|machine-configs|machine +[a-z0-9]+-controlplane-01|kubeconfig) )' | cut -c1-150 || true
+if ! "$bin/taloscluster" converge --yes -C "$TALOSLAB_EXAMPLES/openstack" > "$work/openstack.log" 2>&1; then
+	cat "$work/openstack.log"; exit 1
+fi
+grep -E 'made the machine configs|healthy' "$work/openstack.log"
+echo "kubeconfig for people: $(grep -m1 'server:' "$TALOSLAB_EXAMPLES/openstack/kubeconfig" | tr -d ' ')   (the API's floating IP; the engine itself uses the VIP)"
+"$bin/taloscluster" plan -C "$TALOSLAB_EXAMPLES/openstack" | tail -n 2
+echo
 echo "== taloscluster plan of a cluster the Python tool built (examples/proxmox-legacy): only the differences docs/migration.md lists"
 "$bin/taloscluster" plan -C "$TALOSLAB_EXAMPLES/proxmox-legacy" | grep -E '^(refused|Plan|Summary|  [-+~=*>^@v] .*(controlplane-01|talosconfig))' | cut -c1-160 || true
 echo

@@ -52,7 +52,7 @@ func demoGitOps(args []string, stdout, stderr io.Writer) error {
 	gh.BaseURL, gh.UploadURL = api, api
 	owner, repo, _ := strings.Cut(env["TALOSLAB_REPO"], "/")
 	ctx := context.Background()
-	const cluster = "clusters/gitops"
+	const cluster, cloud = "clusters/gitops", "clusters/openstack"
 
 	say := func(format string, a ...any) { fmt.Fprintf(stdout, "-- "+format+"\n", a...) }
 	waitStatus := func(sha, context string) (*github.RepoStatus, error) {
@@ -79,15 +79,17 @@ func demoGitOps(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	say("waiting for the agent to converge %s at %s (it was never converged)", cluster, head[:10])
-	st, err := waitStatus(head, "taloscluster/converge: "+cluster)
-	if err != nil {
-		return err
+	var st *github.RepoStatus
+	for _, c := range []string{cluster, cloud} {
+		say("waiting for the agent to converge %s at %s (it was never converged)", c, head[:10])
+		if st, err = waitStatus(head, "taloscluster/converge: "+c); err != nil {
+			return err
+		}
+		say("status %s: %s (%s)", st.GetContext(), st.GetState(), st.GetDescription())
 	}
-	say("status %s: %s (%s)", st.GetContext(), st.GetState(), st.GetDescription())
 
-	say("pushing branch add-worker: %s gets a second worker", cluster)
-	prHead, err := pushWorker(*dir, env, cluster)
+	say("pushing branch add-worker: %s (Proxmox) and %s (OpenStack) get a second worker", cluster, cloud)
+	prHead, err := pushWorker(*dir, env, cluster, cloud)
 	if err != nil {
 		return err
 	}
@@ -97,12 +99,13 @@ func demoGitOps(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("opening the pull request: %w", err)
 	}
-	say("opened pull request #%d; waiting for the agent's plan", pr.GetNumber())
-	st, err = waitStatus(prHead, "taloscluster/plan: "+cluster)
-	if err != nil {
-		return err
+	say("opened pull request #%d; waiting for the agent's plans", pr.GetNumber())
+	for _, c := range []string{cluster, cloud} {
+		if st, err = waitStatus(prHead, "taloscluster/plan: "+c); err != nil {
+			return err
+		}
+		say("status %s: %s (%s)", st.GetContext(), st.GetState(), st.GetDescription())
 	}
-	say("status %s: %s (%s)", st.GetContext(), st.GetState(), st.GetDescription())
 	var comments []*github.IssueComment
 	for deadline := time.Now().Add(*timeout); ; {
 		comments, _, err = gh.Issues.ListComments(ctx, owner, repo, pr.GetNumber(), nil)
@@ -123,13 +126,14 @@ func demoGitOps(args []string, stdout, stderr io.Writer) error {
 	}
 	merge := res.GetSHA()
 	say("merged #%d as %s; waiting for the agent to converge it", pr.GetNumber(), merge[:10])
-	st, err = waitStatus(merge, "taloscluster/converge: "+cluster)
-	if err != nil {
-		return err
-	}
-	say("status %s: %s (%s)", st.GetContext(), st.GetState(), st.GetDescription())
-	if st.GetState() != "success" {
-		return errors.New("the converge of the merge failed")
+	for _, c := range []string{cluster, cloud} {
+		if st, err = waitStatus(merge, "taloscluster/converge: "+c); err != nil {
+			return err
+		}
+		say("status %s: %s (%s)", st.GetContext(), st.GetState(), st.GetDescription())
+		if st.GetState() != "success" {
+			return fmt.Errorf("the converge of the merge failed for %s", c)
+		}
 	}
 	comments, _, _ = gh.Issues.ListComments(ctx, owner, repo, pr.GetNumber(), nil)
 	for _, c := range comments[1:] {
@@ -199,23 +203,25 @@ func gitHead(dir string, env map[string]string) (string, error) {
 
 // pushWorker clones the repository, raises the worker count and pushes the
 // branch add-worker; it returns the new head.
-func pushWorker(dir string, env map[string]string, cluster string) (string, error) {
+func pushWorker(dir string, env map[string]string, clusters ...string) (string, error) {
 	work := filepath.Join(dir, "work")
 	_ = os.RemoveAll(work)
 	if _, err := git(dir, env, "clone", "-q", env["TALOSLAB_GIT_URL"], work); err != nil {
 		return "", err
 	}
-	file := filepath.Join(work, cluster, "cluster.yaml")
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return "", err
-	}
-	grown := strings.Replace(string(data), "count: 1\n", "count: 2\n", 1)
-	if grown == string(data) {
-		return "", errors.New("the worker count is not 1 in " + cluster)
-	}
-	if err := os.WriteFile(file, []byte(grown), 0o644); err != nil {
-		return "", err
+	for _, cluster := range clusters {
+		file := filepath.Join(work, cluster, "cluster.yaml")
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		grown := strings.Replace(string(data), "count: 1\n", "count: 2\n", 1)
+		if grown == string(data) {
+			return "", errors.New("the worker count is not 1 in " + cluster)
+		}
+		if err := os.WriteFile(file, []byte(grown), 0o644); err != nil {
+			return "", err
+		}
 	}
 	for _, args := range [][]string{{"checkout", "-q", "-b", "add-worker"}, {"commit", "-q", "-am", "Add a worker"}, {"push", "-q", "origin", "add-worker"}} {
 		if _, err := git(work, env, args...); err != nil {
