@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	gcos "github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
@@ -320,17 +322,7 @@ func TestScaleDownAndStrayPortReclaim(t *testing.T) {
 // addPort creates a tagged port with gophercloud, as another client would.
 func (w *world) addPort(t *testing.T, network, name string, tags []string) string {
 	t.Helper()
-	pc, err := gcos.NewClient(w.lab.OpenStackURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.HTTPClient = http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}
-	err = gcos.Authenticate(t.Context(), pc, gophercloud.AuthOptions{IdentityEndpoint: w.lab.OpenStackURL,
-		ApplicationCredentialID: w.lab.OpenStackCredential.ID, ApplicationCredentialSecret: w.lab.OpenStackCredential.Secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := gcos.NewNetworkV2(pc, gophercloud.EndpointOpts{Region: w.lab.OpenStackRegion})
+	nc, err := gcos.NewNetworkV2(w.client(t), gophercloud.EndpointOpts{Region: w.lab.OpenStackRegion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,4 +342,152 @@ func (w *world) addPort(t *testing.T, network, name string, tags []string) strin
 		t.Fatal(err)
 	}
 	return port.ID
+}
+
+// compute returns a Nova client of the lab cloud, as another client would
+// have one.
+func (w *world) compute(t *testing.T) *gophercloud.ServiceClient {
+	t.Helper()
+	cc, err := gcos.NewComputeV2(w.client(t), gophercloud.EndpointOpts{Region: w.lab.OpenStackRegion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+func (w *world) serverID(name string) string {
+	for _, s := range w.lab.OpenStack.Servers() {
+		if s.Name == name {
+			return s.ID
+		}
+	}
+	return ""
+}
+
+func (w *world) portID(name string) string {
+	for _, p := range w.lab.OpenStack.Ports() {
+		if p.Name == name {
+			return p.ID
+		}
+	}
+	return ""
+}
+
+// nodes reads the cluster's Nodes through the VIP.
+func (w *world) nodes(t *testing.T) map[string]kube.Node {
+	t.Helper()
+	e := w.engine(t)
+	obs, err := e.Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]kube.Node{}
+	for _, n := range obs.Kube.Nodes {
+		out[n.Name] = n
+	}
+	return out
+}
+
+// TestRemediationReplacesTheServerOnItsPort stops a worker's server behind
+// the engine's back: once its Node has been NotReady for longer than
+// remediation.after, converge drains it, deletes the server and boots a new
+// one on the same port, so the machine keeps its address; the reserved
+// ports and floating IPs are untouched.
+func TestRemediationReplacesTheServerOnItsPort(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os4", 2)
+	converge(t, w.engine(t))
+	fips := w.lab.OpenStack.FloatingIPTable()
+	victim := "os4-worker-02"
+	oldServer, oldPort := w.serverID(victim), w.portID(victim)
+	if err := servers.Stop(t.Context(), w.compute(t), oldServer).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for w.nodes(t)[victim].Ready {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still Ready after its server stopped", victim)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.setYAML(t, "security:", "remediation: {after: 1m, max_unhealthy: 1}\n\nsecurity:")
+	e := w.engine(t)
+	e.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	if err := e.Converge(ctx); err != nil {
+		t.Fatalf("converge: %v", err)
+	}
+	newServer := w.serverID(victim)
+	if newServer == "" || newServer == oldServer {
+		t.Fatalf("server %s: %q, want a new one (the old was %s)", victim, newServer, oldServer)
+	}
+	if got := w.portID(victim); got != oldPort {
+		t.Errorf("port of %s: %s, want the same port %s", victim, got, oldPort)
+	}
+	if !w.nodes(t)[victim].Ready {
+		t.Errorf("%s is not Ready after its replacement", victim)
+	}
+	if got := w.lab.OpenStack.FloatingIPTable(); !maps.Equal(got, fips) {
+		t.Errorf("floating IPs changed: %v -> %v", fips, got)
+	}
+}
+
+// TestRestartSoftRebootsAndWaits runs the provider's restart step of a
+// server: a soft reboot through Nova, waited out on reads of the server.
+func TestRestartSoftRebootsAndWaits(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os5", 1)
+	converge(t, w.engine(t))
+	c, _ := w.cluster(t)
+	p, err := openstack.New(c, os.DirFS(w.dir), nil, openstack.WithPoll(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := p.Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := p.PlanRestart("os5-worker-01", inv)
+	if len(steps) != 1 || steps[0].Action != plan.ActionRestart {
+		t.Fatalf("restart steps %+v", steps)
+	}
+	mark := len(w.lab.OpenStack.Log())
+	if err := p.Apply(t.Context(), nil, steps[0]); err != nil {
+		t.Fatal(err)
+	}
+	var actions, reads int
+	for _, op := range w.lab.OpenStack.Log()[mark:] {
+		switch op.Name {
+		case "compute.server.action":
+			actions++
+		case "compute.server.get":
+			reads++
+		}
+	}
+	if actions != 1 || reads == 0 {
+		t.Errorf("%d actions and %d reads of the server, want one reboot waited on reads", actions, reads)
+	}
+	for _, s := range w.lab.OpenStack.Servers() {
+		if s.Name == "os5-worker-01" && s.VMState != "active" {
+			t.Errorf("after the reboot the server is %s", s.VMState)
+		}
+	}
+}
+
+// client logs in to the lab cloud with gophercloud, as another client
+// would.
+func (w *world) client(t *testing.T) *gophercloud.ProviderClient {
+	t.Helper()
+	pc, err := gcos.NewClient(w.lab.OpenStackURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.HTTPClient = http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+	err = gcos.Authenticate(t.Context(), pc, gophercloud.AuthOptions{IdentityEndpoint: w.lab.OpenStackURL,
+		ApplicationCredentialID: w.lab.OpenStackCredential.ID, ApplicationCredentialSecret: w.lab.OpenStackCredential.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
 }
