@@ -17,8 +17,8 @@ import (
 
 	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/reconcile"
-	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/reconcile/kube"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/reconcile/talos"
 )
 
