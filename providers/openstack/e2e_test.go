@@ -491,3 +491,55 @@ func (w *world) client(t *testing.T) *gophercloud.ProviderClient {
 	}
 	return pc
 }
+
+// TestDestroyLeavesNothingButTheSharedImage destroys a built cluster:
+// servers, ports, floating IPs, router, subnet, network and security group
+// go; the boot image, which other clusters share, stays.
+func TestDestroyLeavesNothingButTheSharedImage(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os6", 1)
+	converge(t, w.engine(t))
+	e := w.engine(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	if err := e.Destroy(ctx); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	if s := w.lab.OpenStack.Servers(); len(s) != 0 {
+		t.Errorf("servers left: %v", s)
+	}
+	for _, p := range w.lab.OpenStack.Ports() {
+		if strings.HasPrefix(p.Name, "os6-") {
+			t.Errorf("port left: %s", p.Name)
+		}
+	}
+	if fips := w.lab.OpenStack.FloatingIPTable(); len(fips) != 0 {
+		t.Errorf("floating IPs left: %v", fips)
+	}
+	inv, err := e.Infra.Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vip, _, ok := e.Infra.(reconcile.Endpointer).APIEndpoint(inv); ok {
+		t.Errorf("an API endpoint %s is left", vip)
+	}
+	c, _ := w.cluster(t)
+	p, err := w.engine(t).Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range p.Changes {
+		if ch.Resource.Kind == plan.KindImage {
+			t.Errorf("the boot image was deleted with cluster %s: %s %s", c.Name, ch.Action, ch.Resource)
+		}
+	}
+	for _, name := range []string{"os6-net", "os6-router", "os6"} {
+		found := false
+		for _, ch := range p.Changes {
+			found = found || (ch.Action == plan.ActionCreate && ch.Resource.Name == name)
+		}
+		if !found {
+			t.Errorf("after destroy the plan does not create %s again: it was left", name)
+		}
+	}
+}
