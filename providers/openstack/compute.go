@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -119,7 +120,7 @@ func (p *Provider) server(ctx context.Context, name string) (servers.Server, boo
 	ss, err := call(ctx, func(ctx context.Context) ([]servers.Server, error) {
 		// name is a regular expression to Nova: anchor it and match
 		// exactly below.
-		return all(ctx, servers.List(compute, servers.ListOpts{Name: "^" + regexpQuote(name) + "$", Tags: clusterTag(p.c.Name)}), servers.ExtractServers)
+		return all(ctx, servers.List(compute, servers.ListOpts{Name: "^" + regexp.QuoteMeta(name) + "$", Tags: clusterTag(p.c.Name)}), servers.ExtractServers)
 	})
 	if err != nil {
 		return servers.Server{}, false, fmt.Errorf("reading server %s: %w", name, err)
@@ -130,17 +131,6 @@ func (p *Provider) server(ctx context.Context, name string) (servers.Server, boo
 		}
 	}
 	return servers.Server{}, false, nil
-}
-
-func regexpQuote(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // apply creates the server on its port, booted from a new volume of the

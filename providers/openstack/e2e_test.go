@@ -34,9 +34,9 @@ import (
 
 // worldNets are this package's loopback /24s, two per lab world (the
 // cluster network, then the external network of the floating IPs):
-// 127.190 to 127.199, taken out of providers/proxmox's.
+// 127.184 to 127.199, taken out of providers/proxmox's.
 var (
-	worldNets = []int{190, 191, 192, 193, 194, 195, 196, 197, 198, 199}
+	worldNets = []int{184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197, 198, 199}
 	netSeq    atomic.Int32
 )
 

@@ -56,15 +56,15 @@ func (p *Provider) planNetwork(want *reconcile.Desired, inv *inventory) ([]plan.
 	}
 	out = append(out, p.planGroup(inv)...)
 	vips := map[string]string{}
-	for _, name := range []string{p.kubeapiName(), p.ingressName()} {
-		what := "Kubernetes API"
-		if name == p.ingressName() {
-			what = "ingress"
-		}
+	for _, r := range []struct{ name, what, sharedBy string }{
+		{p.kubeapiName(), "Kubernetes API", "control planes"},
+		{p.ingressName(), "ingress", "workers"},
+	} {
+		name, what := r.name, r.what
 		port, ok := inv.ports[name]
 		switch {
 		case !ok:
-			add(plan.ActionCreate, plan.KindPort, name, "reserved port whose fixed address is the "+what+" VIP, shared by the "+map[bool]string{true: "control planes", false: "workers"}[what != "ingress"]+" through allowed address pairs", createPort{name: name})
+			add(plan.ActionCreate, plan.KindPort, name, "reserved port whose fixed address is the "+what+" VIP, shared by the "+r.sharedBy+" through allowed address pairs", createPort{name: name})
 			vips[name] = reconcile.UnknownEndpoint
 		default:
 			addr, _ := fixedAddr(port)

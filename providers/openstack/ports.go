@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
@@ -83,7 +84,7 @@ func (op updatePort) apply(ctx context.Context, p *Provider, _ *reconcile.Desire
 		return fmt.Errorf("%w: port %s does not exist", reconcile.ErrPrecondition, op.name)
 	}
 	groups := port.SecurityGroups
-	if !contains(groups, inv.group.ID) {
+	if !slices.Contains(groups, inv.group.ID) {
 		groups = append(groups, inv.group.ID)
 	}
 	opts := ports.UpdateOpts{SecurityGroups: &groups}
@@ -110,15 +111,6 @@ func (op updatePort) apply(ctx context.Context, p *Provider, _ *reconcile.Desire
 		return fmt.Errorf("updating port %s: %w", op.name, err)
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // apply deletes a machine port whose machine has no server, checked now.
