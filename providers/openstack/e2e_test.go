@@ -543,3 +543,62 @@ func TestDestroyLeavesNothingButTheSharedImage(t *testing.T) {
 		}
 	}
 }
+
+// TestGrowAddsAPortAndAServer grows the worker pool: the new machine gets
+// its port (with the ingress VIP's pair) and its server, and nothing else
+// of the cloud changes.
+func TestGrowAddsAPortAndAServer(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os7", 1)
+	converge(t, w.engine(t))
+	w.setYAML(t, "count: 1", "count: 2")
+	before := len(w.mutations())
+	converge(t, w.engine(t))
+	got := w.mutations()[before:]
+	if want := []string{"network.port.create", "compute.server.create"}; !slices.Equal(got, want) {
+		t.Errorf("growing made %v, want %v", got, want)
+	}
+	if w.serverID("os7-worker-02") == "" {
+		t.Fatal("no server os7-worker-02")
+	}
+	if !w.nodes(t)["os7-worker-02"].Ready {
+		t.Error("os7-worker-02 is not a Ready node")
+	}
+}
+
+// TestReservedPortsSurviveControlPlaneChanges grows the control planes to
+// five and shrinks them back to three: the kubeapi and ingress ports, their
+// addresses and their floating IPs are the same throughout, and the API
+// answers at the floating IP at the end.
+func TestReservedPortsSurviveControlPlaneChanges(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os8", 0)
+	converge(t, w.engine(t))
+	fips, kubeapi := w.lab.OpenStack.FloatingIPTable(), w.portID("os8-kubeapi")
+	w.setYAML(t, "  count: 3", "  count: 5")
+	converge(t, w.engine(t))
+	w.setYAML(t, "  count: 5", "  count: 3")
+	e := w.engine(t)
+	e.Approve = func(*plan.Plan) error { return nil }
+	converge(t, e)
+	if got := w.lab.OpenStack.FloatingIPTable(); !maps.Equal(got, fips) {
+		t.Errorf("floating IPs changed: %v -> %v", fips, got)
+	}
+	if got := w.portID("os8-kubeapi"); got != kubeapi {
+		t.Errorf("the kubeapi port changed: %s -> %s", kubeapi, got)
+	}
+	data, err := os.ReadFile(filepath.Join(w.dir, reconcile.KubeconfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kube.New(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Version(t.Context()); err != nil {
+		t.Errorf("the API does not answer at the kubeconfig's %s: %v", kube.Server(data), err)
+	}
+	if n := len(w.lab.OpenStack.Servers()); n != 3 {
+		t.Errorf("%d servers, want 3", n)
+	}
+}
