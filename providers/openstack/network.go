@@ -455,11 +455,5 @@ func (op deleteRule) apply(ctx context.Context, p *Provider, _ *reconcile.Desire
 
 func deleteRuleID(ctx context.Context, p *Provider, id string) error {
 	_, network, _, _ := p.clients(ctx)
-	_, err := call(ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, rules.Delete(ctx, network, id).ExtractErr()
-	})
-	if err != nil && !notFound(err) {
-		return fmt.Errorf("deleting security group rule %s: %w", id, err)
-	}
-	return nil
+	return ignoreGone(ctx, "security group rule "+id, func(ctx context.Context) error { return rules.Delete(ctx, network, id).ExtractErr() })
 }

@@ -132,13 +132,7 @@ func (op deletePort) apply(ctx context.Context, p *Provider, _ *reconcile.Desire
 
 func (p *Provider) deletePortID(ctx context.Context, name, id string) error {
 	_, network, _, _ := p.clients(ctx)
-	_, err := call(ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, ports.Delete(ctx, network, id).ExtractErr()
-	})
-	if err != nil && !notFound(err) {
-		return fmt.Errorf("deleting port %s: %w", name, err)
-	}
-	return nil
+	return ignoreGone(ctx, "port "+name, func(ctx context.Context) error { return ports.Delete(ctx, network, id).ExtractErr() })
 }
 
 // floatingIP reads the cluster's floating IP of a reserved port now.
