@@ -289,11 +289,10 @@ func (op deleteServer) apply(ctx context.Context, p *Provider, _ *reconcile.Desi
 	}
 	if found {
 		compute, _, _, _ := p.clients(ctx)
-		_, err := call(ctx, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, servers.Delete(ctx, compute, op.id).ExtractErr()
-		})
-		if err != nil && !notFound(err) {
-			return fmt.Errorf("deleting server %s (%s): %w", op.hostname, op.id, err)
+		if err := ignoreGone(ctx, "server "+op.hostname+" ("+op.id+")", func(ctx context.Context) error {
+			return servers.Delete(ctx, compute, op.id).ExtractErr()
+		}); err != nil {
+			return err
 		}
 		if err := p.waitServer(ctx, op.id, op.hostname, "DELETED"); err != nil {
 			return err
