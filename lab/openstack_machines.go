@@ -83,8 +83,11 @@ func (h *openstackHooks) ServerUp(s openstack.ServerInfo) {
 		return
 	}
 	detail := "maintenance mode"
-	if len(s.UserData) > 0 {
+	switch {
+	case len(s.UserData) > 0:
 		detail = "config from its user data"
+	case s.UserDataUnreachable:
+		detail = "maintenance mode: no config drive, and its security groups keep the metadata service out of reach"
 	}
 	l.event("power-on", s.Name, fmt.Sprintf("server %s at %s, %s", s.ID, addr, detail))
 }

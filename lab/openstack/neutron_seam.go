@@ -25,6 +25,52 @@ func (s *Server) networkNameOfPort(portID string) string {
 	return ""
 }
 
+// metadataReachable reports whether a port's guest may reach the metadata
+// service (169.254.169.254, TCP 80): its port security is off, or one of
+// its security groups has an egress IPv4 rule that covers that address,
+// protocol and port (Neutron's security groups only allow; a port without
+// a matching egress rule drops the traffic). An unknown port: false. The
+// caller holds s.mu.
+func (s *Server) metadataReachable(portID string) bool {
+	if s.net == nil {
+		return false
+	}
+	p, ok := s.net.ports[portID]
+	if !ok {
+		return false
+	}
+	if !p.portSecurity {
+		return true
+	}
+	meta := netip.MustParseAddr("169.254.169.254")
+	for _, r := range s.net.rules {
+		if r.direction != "egress" || r.ethertype != "IPv4" || r.remoteGroup != nil || !contains(p.groups, r.groupID) {
+			continue
+		}
+		if r.protocol != nil && *r.protocol != "tcp" && *r.protocol != "6" {
+			continue
+		}
+		if r.portMin != nil && (*r.portMin > 80 || (r.portMax != nil && *r.portMax < 80)) {
+			continue
+		}
+		if r.remotePrefix != nil {
+			pfx, err := netip.ParsePrefix(*r.remotePrefix)
+			if err != nil {
+				a, aerr := netip.ParseAddr(*r.remotePrefix)
+				if aerr != nil {
+					continue
+				}
+				pfx = netip.PrefixFrom(a, a.BitLen())
+			}
+			if !pfx.Contains(meta) {
+				continue
+			}
+		}
+		return true
+	}
+	return false
+}
+
 // allocatePort (not emulated: servers here boot on ports the client
 // made, which is what the provider does) would create a port on a network for a server, bound to it as
 // bindPort binds one, when a server is created with networks: [{"uuid"}];

@@ -610,3 +610,54 @@ func TestNeutronNeedsToken(t *testing.T) {
 		t.Errorf("log = %+v", log)
 	}
 }
+
+// TestMetadataReachableFollowsEgressRules: a guest reaches the metadata
+// service only through an egress rule that covers 169.254.169.254 on TCP
+// 80 (a new group's default egress rules do), or without port security.
+func TestMetadataReachableFollowsEgressRules(t *testing.T) {
+	t.Parallel()
+	srv := start(t, Options{})
+	nc := networkClient(t, srv)
+	top := buildTopology(t, nc, "10.61.0.0/24")
+	g, err := groups.Create(t.Context(), nc, groups.CreateOpts{Name: "meta"}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := ports.Create(t.Context(), nc, ports.CreateOpts{NetworkID: top.net.ID, SecurityGroups: &[]string{g.ID}}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reachable := func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		return srv.metadataReachable(port.ID)
+	}
+	if !reachable() {
+		t.Fatal("a new group's default egress rules do not reach the metadata service")
+	}
+	for _, r := range g.Rules {
+		if err := rules.Delete(t.Context(), nc, r.ID).ExtractErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		rule rules.CreateOpts
+		want bool
+	}{
+		{rules.CreateOpts{Direction: "egress", EtherType: "IPv4", RemoteIPPrefix: "0.0.0.0/1"}, false},
+		{rules.CreateOpts{Direction: "egress", EtherType: "IPv4", Protocol: "udp", RemoteIPPrefix: "128.0.0.0/1"}, false},
+		{rules.CreateOpts{Direction: "egress", EtherType: "IPv4", Protocol: "tcp", PortRangeMin: 443, PortRangeMax: 443, RemoteIPPrefix: "169.254.0.0/16"}, false},
+		{rules.CreateOpts{Direction: "egress", EtherType: "IPv6"}, false},
+		{rules.CreateOpts{Direction: "ingress", EtherType: "IPv4"}, false},
+		{rules.CreateOpts{Direction: "egress", EtherType: "IPv4", Protocol: "tcp", PortRangeMin: 1, PortRangeMax: 1024, RemoteIPPrefix: "169.254.169.254/32"}, true},
+	}
+	for _, st := range steps {
+		st.rule.SecGroupID = g.ID
+		if _, err := rules.Create(t.Context(), nc, st.rule).Extract(); err != nil {
+			t.Fatal(err)
+		}
+		if got := reachable(); got != st.want {
+			t.Fatalf("after %+v: reachable %v, want %v", st.rule, got, st.want)
+		}
+	}
+}

@@ -204,6 +204,16 @@ func (s *Server) runHooks() {
 func (s *Server) serverUp(sv *server) {
 	sv.up = true
 	info := sv.info()
+	// The guest reads its user data from the config drive, or from the
+	// metadata service when its ports may reach 169.254.169.254.
+	reachable := false
+	for _, p := range sv.ports {
+		reachable = reachable || s.metadataReachable(p.id)
+	}
+	if !sv.configDrive && !reachable {
+		info.UserData = nil
+		info.UserDataUnreachable = true
+	}
 	s.notify(func(m MachineHooks) { m.ServerUp(info) })
 }
 

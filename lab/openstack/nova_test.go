@@ -36,9 +36,10 @@ func bootOpts(name, image, port string, size int) servers.CreateOpts {
 			SourceType: servers.SourceImage, DestinationType: servers.DestinationVolume,
 			UUID: image, VolumeSize: size, BootIndex: 0, DeleteOnTermination: true,
 		}},
-		Tags:     []string{"cluster=lab", "role=controlplane"},
-		UserData: []byte("#talos machine config\n"),
-		Metadata: map[string]string{"cluster": "lab"},
+		Tags:        []string{"cluster=lab", "role=controlplane"},
+		UserData:    []byte("#talos machine config\n"),
+		Metadata:    map[string]string{"cluster": "lab"},
+		ConfigDrive: new(true),
 	}
 }
 
@@ -399,7 +400,7 @@ func TestServerStopStartAndTags(t *testing.T) {
 	img := l.talosImage(t)
 	l.compute.Microversion = "2.52"
 	sv, err := servers.Create(t.Context(), l.compute, servers.CreateOpts{
-		Name: "s", FlavorRef: "1", ImageRef: img.ID, Networks: "none",
+		Name: "s", FlavorRef: "1", ImageRef: img.ID, Networks: "none", ConfigDrive: new(true),
 		UserData: []byte(base64.StdEncoding.EncodeToString([]byte("already encoded"))),
 	}, nil).Extract()
 	if err != nil {

@@ -140,9 +140,13 @@ type ServerInfo struct {
 	// Addrs are the fixed IP addresses of the server's ports, in the
 	// order of its networks.
 	Addrs []netip.Addr
-	// UserData is the decoded user data the server was created with
-	// (empty when none).
-	UserData []byte
+	// UserData is the decoded user data the server was created with, as
+	// the guest can read it: from the config drive (config_drive true) or
+	// from the metadata service when a security group of its ports lets
+	// it reach 169.254.169.254 over TCP 80. Empty when none, or when
+	// neither way reaches it (UserDataUnreachable is then set).
+	UserData            []byte
+	UserDataUnreachable bool
 	// Image is the ID of the Glance image the boot volume was made from.
 	Image string
 	// Flavor, AvailabilityZone and Tags are the server's.
