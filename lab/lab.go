@@ -81,6 +81,9 @@ type Options struct {
 	// positive (a server build is the cloud's counterpart of a Proxmox
 	// create task), else the emulator's default.
 	OpenStackBuildDelay time.Duration
+	// OpenStackZones are Nova's availability zones; empty means "nova"
+	// alone.
+	OpenStackZones []string
 	// OnFatal, when set, is told when the running lab cannot serve an
 	// address it needs: a node's Talos API (the node stays off after a
 	// second of retries), a bootstrapped cluster's Kubernetes API at its

@@ -32,14 +32,15 @@ func (l *Lab) startOpenStack() error {
 	l.OpenStackExternalNet = OpenStackExternalNet
 	l.OpenStackExternalCIDR = l.opts.OpenStackExternalCIDR.Masked()
 	srv, err := openstack.New(openstack.Options{
-		Region:           l.OpenStackRegion,
-		Credentials:      []openstack.Credential{l.OpenStackCredential},
-		CA:               l.CA,
-		Addr:             netip.AddrPortFrom(l.opts.Listen, 0).String(),
-		ExternalNetworks: []openstack.ExternalNetwork{{Name: l.OpenStackExternalNet, CIDR: l.OpenStackExternalCIDR}},
-		BuildDelay:       build,
-		Machines:         (*openstackHooks)(l),
-		FloatingIPs:      l.setFloatingIPs,
+		Region:            l.OpenStackRegion,
+		Credentials:       []openstack.Credential{l.OpenStackCredential},
+		CA:                l.CA,
+		Addr:              netip.AddrPortFrom(l.opts.Listen, 0).String(),
+		ExternalNetworks:  []openstack.ExternalNetwork{{Name: l.OpenStackExternalNet, CIDR: l.OpenStackExternalCIDR}},
+		BuildDelay:        build,
+		AvailabilityZones: l.opts.OpenStackZones,
+		Machines:          (*openstackHooks)(l),
+		FloatingIPs:       l.setFloatingIPs,
 	})
 	if err != nil {
 		return fmt.Errorf("starting the OpenStack emulator: %w", err)

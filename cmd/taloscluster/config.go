@@ -49,7 +49,7 @@ func newConfig() *cobra.Command {
 			in := machineconfig.Input{Cluster: c, Secrets: bundle}
 			in.Endpoint, in.VIP = reconcile.Endpoint(c)
 			if c.Provider == spec.ProviderOpenStack {
-				fmt.Fprintf(stderr, "note: on OpenStack the API endpoint %s is a placeholder until the %s-kubeapi floating IP exists\n", in.Endpoint, c.Name)
+				fmt.Fprintf(stderr, "note: on OpenStack the API endpoint %s is a placeholder: the configs name the fixed address of the %s-kubeapi port, which the network phase allocates\n", in.Endpoint, c.Name)
 			}
 			out := cmd.OutOrStdout()
 			for i, m := range machines {

@@ -37,8 +37,16 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 	if inv.external == nil {
 		out = append(out, refuse(plan.KindNetwork, o.ExternalNet, fmt.Sprintf("openstack.external_net: there is no external network named %q", o.ExternalNet)))
 	}
-	if inv.zones != nil && !slices.Contains(inv.zones, o.AvailabilityZone) {
-		out = append(out, refuse(plan.KindCluster, p.c.Name, fmt.Sprintf("openstack.availability_zone: Nova has no available zone %q (it has %s)", o.AvailabilityZone, strings.Join(inv.zones, ", "))))
+	if !slices.Contains(inv.zones, o.AvailabilityZone) {
+		have := strings.Join(inv.zones, ", ")
+		if have == "" {
+			have = "none available"
+		}
+		out = append(out, refuse(plan.KindCluster, p.c.Name, fmt.Sprintf("openstack.availability_zone: Nova has no available zone %q (it has %s)", o.AvailabilityZone, have)))
+	}
+	if inv.router != nil && inv.external != nil && inv.router.GatewayInfo.NetworkID != "" && inv.router.GatewayInfo.NetworkID != inv.external.ID {
+		out = append(out, refuse(plan.KindRouter, p.routerName(), fmt.Sprintf("openstack.external_net is %s (%s) but router %s has its gateway on network %s: moving the router, and the floating IPs with it, is not done in place",
+			o.ExternalNet, inv.external.ID, p.routerName(), inv.router.GatewayInfo.NetworkID)))
 	}
 	for _, pool := range p.c.Pools() {
 		if _, ok := inv.flavors[pool.Flavor]; inv.flavors != nil && !ok {

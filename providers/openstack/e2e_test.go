@@ -20,6 +20,7 @@ import (
 	gcos "github.com/gophercloud/gophercloud/v2/openstack"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 
@@ -34,9 +35,10 @@ import (
 
 // worldNets are this package's loopback /24s, two per lab world (the
 // cluster network, then the external network of the floating IPs):
-// 127.184 to 127.199, taken out of providers/proxmox's.
+// 127.172 to 127.175 and 127.184 to 127.199, taken out of
+// providers/proxmox's.
 var (
-	worldNets = []int{184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197, 198, 199}
+	worldNets = []int{184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197, 198, 199, 172, 173, 174, 175}
 	netSeq    atomic.Int32
 )
 
@@ -48,17 +50,21 @@ type world struct {
 
 func newWorld(t *testing.T, name string, workers int) *world {
 	t.Helper()
+	return newWorldWith(t, name, workers, lab.Options{})
+}
+
+// newWorldWith is newWorld with more lab options.
+func newWorldWith(t *testing.T, name string, workers int, o lab.Options) *world {
+	t.Helper()
 	i := int(netSeq.Add(2)) - 2
 	if i+1 >= len(worldNets) {
 		t.Fatalf("more than %d lab worlds in this package: give worldNets more networks", len(worldNets)/2)
 	}
 	clusterNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", worldNets[i]))
 	extNet := netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", worldNets[i+1]))
-	l, err := lab.Start(t.Context(), lab.Options{
-		TaskDuration: -1, OpenStackExternalCIDR: extNet, OpenStackBuildDelay: 20 * time.Millisecond,
-		BootDelay: 20 * time.Millisecond, InstallDelay: 20 * time.Millisecond, RebootDelay: 20 * time.Millisecond,
-		ReadyDelay: 50 * time.Millisecond,
-	})
+	o.TaskDuration, o.OpenStackExternalCIDR, o.OpenStackBuildDelay = -1, extNet, 20*time.Millisecond
+	o.BootDelay, o.InstallDelay, o.RebootDelay, o.ReadyDelay = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond, 50*time.Millisecond
+	l, err := lab.Start(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,12 +252,13 @@ func TestFirstBuildSecondConvergeAndEndpoints(t *testing.T) {
 
 func TestServersAreCreateOnly(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, "os2", 1)
+	w := newWorldWith(t, "os2", 1, lab.Options{OpenStackZones: []string{"nova", "nova2"}})
 	converge(t, w.engine(t))
 	cases := []struct{ old, new, want string }{
 		{"flavor: gp.large", "flavor: gp.xlarge", "flavor gp.large -> gp.xlarge"},
 		{"disk: 80", "disk: 160", "disk 80 GB -> 160 GB"},
-		{"availability_zone: nova", "availability_zone: nova2", "openstack.availability_zone"},
+		{"availability_zone: nova\n", "availability_zone: nova2\n", "availability zone nova -> nova2"},
+		{"availability_zone: nova\n", "availability_zone: elsewhere\n", "openstack.availability_zone: Nova has no available zone \"elsewhere\""},
 	}
 	for _, tc := range cases {
 		w.setYAML(t, tc.old, tc.new)
@@ -261,7 +268,7 @@ func TestServersAreCreateOnly(t *testing.T) {
 		if !errors.Is(err, reconcile.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s -> %s: converge says %v, want a refusal naming %q", tc.old, tc.new, err, tc.want)
 		}
-		if tc.want != "openstack.availability_zone" && !strings.Contains(err.Error(), "os2-worker-01") {
+		if !strings.HasPrefix(tc.want, "openstack.") && !strings.Contains(err.Error(), "os2-worker-01") {
 			t.Errorf("the refusal does not name the server: %v", err)
 		}
 		if got := w.mutations()[before:]; len(got) > 0 {
@@ -600,5 +607,76 @@ func TestReservedPortsSurviveControlPlaneChanges(t *testing.T) {
 	}
 	if n := len(w.lab.OpenStack.Servers()); n != 3 {
 		t.Errorf("%d servers, want 3", n)
+	}
+}
+
+// network returns a Neutron client of the lab cloud.
+func (w *world) network(t *testing.T) *gophercloud.ServiceClient {
+	t.Helper()
+	nc, err := gcos.NewNetworkV2(w.client(t), gophercloud.EndpointOpts{Region: w.lab.OpenStackRegion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// TestDetachedFloatingIPGoesBack: the API's floating IP taken off its port
+// behind the engine's back is put back by the next converge, which reaches
+// the cluster through the VIP meanwhile and changes nothing else.
+func TestDetachedFloatingIPGoesBack(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os9", 0)
+	converge(t, w.engine(t))
+	before := w.lab.OpenStack.FloatingIPTable()
+	nc := w.network(t)
+	page, err := floatingips.List(nc, floatingips.ListOpts{Description: "os9-kubeapi"}).AllPages(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fips, err := floatingips.ExtractFloatingIPs(page)
+	if err != nil || len(fips) != 1 {
+		t.Fatalf("the API's floating IP: %v, %v", fips, err)
+	}
+	none := ""
+	if _, err := floatingips.Update(t.Context(), nc, fips[0].ID, floatingips.UpdateOpts{PortID: &none}).Extract(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := w.engine(t).Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, ch := range p.Changes {
+		if ch.Domain != plan.DomainGate {
+			steps = append(steps, string(ch.Action)+" "+ch.Resource.String())
+		}
+	}
+	if len(p.Refusals) > 0 || len(steps) != 1 || !strings.Contains(steps[0], "floating-ip os9-kubeapi") {
+		t.Fatalf("plan with the floating IP detached: steps %v, refusals %v", steps, p.Refusals)
+	}
+	converge(t, w.engine(t))
+	if got := w.lab.OpenStack.FloatingIPTable(); !maps.Equal(got, before) {
+		t.Errorf("floating IPs %v, want them back as %v", got, before)
+	}
+}
+
+// TestLostAPIPortIsRefused: with machines running, a kubeapi port that is
+// gone is not made again (a new one would have another address than the
+// one the machines' configs name): converge refuses and changes nothing.
+func TestLostAPIPortIsRefused(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os10", 0)
+	converge(t, w.engine(t))
+	nc := w.network(t)
+	if err := ports.Delete(t.Context(), nc, w.portID("os10-kubeapi")).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	before := len(w.mutations())
+	err := w.engine(t).Converge(t.Context())
+	if !errors.Is(err, reconcile.ErrRefused) || !strings.Contains(err.Error(), "no address for the Kubernetes API") {
+		t.Fatalf("converge: %v; want a refusal for the lost API port", err)
+	}
+	if got := w.mutations()[before:]; len(got) > 0 {
+		t.Errorf("the refused converge changed %v", got)
 	}
 }

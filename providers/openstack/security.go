@@ -79,11 +79,15 @@ func ruleOf(r rules.SecGroupRule, group string) rule {
 	if out.RemoteIP == "0.0.0.0/0" || out.RemoteIP == "::/0" {
 		out.RemoteIP = ""
 	}
-	if r.RemoteGroupID != "" {
+	switch {
+	case r.RemoteGroupID != "":
 		out.RemoteGroup = r.RemoteGroupID == group
 		if !out.RemoteGroup {
 			out.RemoteIP = "group " + r.RemoteGroupID
 		}
+	case r.RemoteAddressGroupID != "":
+		// Never one of the rules the cluster wants: it is stale.
+		out.RemoteIP = "address group " + r.RemoteAddressGroupID
 	}
 	return out
 }

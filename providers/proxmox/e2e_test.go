@@ -24,7 +24,7 @@ import (
 )
 
 // worldNets are the second octets of the /24s this package's lab worlds
-// use, one each (127.184 to 127.199 are providers/openstack's): clear of the networks other packages' tests use (the lab's
+// use, one each (127.172 to 127.175 and 127.184 to 127.199 are providers/openstack's): clear of the networks other packages' tests use (the lab's
 // up to 127.100, cmd/taloscluster's fault matrix 127.120 to 127.166,
 // cmd/taloslab's 127.200 to 127.218 and 127.249/250/255, the lab's 127.251
 // to 127.254), as packages' tests run at the same time. 127.167-169,
@@ -32,7 +32,7 @@ import (
 // and 127.1-20 are this package's too.
 var worldNets = func() []int {
 	var out []int
-	for n := 172; n <= 183; n++ {
+	for n := 176; n <= 183; n++ {
 		out = append(out, n)
 	}
 	for n := 101; n <= 119; n++ {
