@@ -2,7 +2,10 @@ package scenario_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"testing"
+	"time"
 )
 
 // worldNets are the second octets of this package's loopback /24s: a
@@ -68,4 +71,43 @@ func (p *netPool) give(octets []int) {
 	p.free = append(p.free, octets...)
 	close(p.freed)
 	p.freed = make(chan struct{})
+}
+
+// TestNetPool: networks are handed out all at once or not at all, a
+// taker that finds too few waits until they come back, and its context
+// ends the wait.
+func TestNetPool(t *testing.T) {
+	t.Parallel()
+	p := newNetPool([]int{1, 2, 3})
+	one, err := p.take(t.Context(), 1)
+	if err != nil || len(one) != 1 {
+		t.Fatalf("take 1: %v %v", one, err)
+	}
+	two, err := p.take(t.Context(), 2)
+	if err != nil || len(two) != 2 {
+		t.Fatalf("take 2: %v %v", two, err)
+	}
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if got, err := p.take(short, 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("take 2 of none free: %v %v, want the context's end", got, err)
+	}
+	got := make(chan []int)
+	go func() {
+		nets, _ := p.take(t.Context(), 2)
+		got <- nets
+	}()
+	p.give(one)
+	select {
+	case nets := <-got:
+		t.Fatalf("took %v while one network was free", nets)
+	case <-time.After(50 * time.Millisecond):
+	}
+	p.give(two)
+	if nets := <-got; len(nets) != 2 {
+		t.Fatalf("the waiting taker got %v", nets)
+	}
+	if len(p.free) != 1 {
+		t.Fatalf("%d networks free, want 1", len(p.free))
+	}
 }
