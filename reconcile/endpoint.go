@@ -54,9 +54,10 @@ type Endpointer interface {
 	APIEndpoint(have Inventory) (vip, public netip.Addr, ok bool)
 }
 
-// apiEndpoint returns the cluster's API endpoint: the provider's when it
-// allocates it, else cluster.yaml's kubeapi_vip.
-func apiEndpoint(c *spec.Cluster, infra Infra, have Inventory) API {
+// EndpointOf returns the cluster's API endpoint as the inventory have
+// shows it: the provider's when it allocates it (Endpointer), else
+// cluster.yaml's kubeapi_vip.
+func EndpointOf(c *spec.Cluster, infra Infra, have Inventory) API {
 	if ep, ok := infra.(Endpointer); ok {
 		vip, public, ok := ep.APIEndpoint(have)
 		if !ok || !vip.IsValid() {
@@ -139,7 +140,7 @@ func (r *run) makeConfigs(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading the API endpoint the network phase allocated: %w", err)
 	}
-	api := apiEndpoint(e.Cluster, e.Infra, inv)
+	api := EndpointOf(e.Cluster, e.Infra, inv)
 	if !api.Known {
 		return fmt.Errorf("%w: the provider reports no address for the Kubernetes API after the network phase", ErrPrecondition)
 	}

@@ -256,7 +256,7 @@ func (e *Engine) desired(ctx context.Context, obs *Observation) (*Desired, error
 	if obs != nil {
 		inv = obs.Inventory
 	}
-	want.API = apiEndpoint(e.Cluster, e.Infra, inv)
+	want.API = EndpointOf(e.Cluster, e.Infra, inv)
 	bundle, err := e.bundle(ctx)
 	if err != nil || bundle == nil {
 		return want, err
@@ -280,7 +280,7 @@ func (e *Engine) Plan(ctx context.Context) (*plan.Plan, error) {
 func OfflinePlan(c *spec.Cluster, warnings []spec.Problem, infra Infra) (*plan.Plan, error) {
 	want := &Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}}
 	obs := Offline(infra)
-	want.API = apiEndpoint(c, infra, obs.Inventory)
+	want.API = EndpointOf(c, infra, obs.Inventory)
 	obs.API = want.API
 	return Plan(want, obs, infra, warnings)
 }

@@ -152,7 +152,7 @@ func (e *Engine) Observe(ctx context.Context) (*Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	obs := &Observation{Inventory: inv, Nodes: map[string]NodeFacts{}, At: e.now(), API: apiEndpoint(e.Cluster, e.Infra, inv)}
+	obs := &Observation{Inventory: inv, Nodes: map[string]NodeFacts{}, At: e.now(), API: EndpointOf(e.Cluster, e.Infra, inv)}
 	if err := e.observeState(ctx, obs); err != nil {
 		return nil, err
 	}

@@ -114,15 +114,6 @@ func newCheck() *cobra.Command {
 func checkObserver(cmd *cobra.Command, dir string, c *spec.Cluster, opts *check.Options) error {
 	_, err := os.Stat(filepath.Join(dir, reconcile.TalosSecretsFile))
 	identity := err == nil
-	if c.Provider != spec.ProviderProxmox {
-		reason := fmt.Sprintf("the %s provider cannot be read yet", c.Provider)
-		if !identity {
-			opts.NotObserved = "the cluster does not exist yet (no " + reconcile.TalosSecretsFile + "), and " + reason + ": only versions and warnings were checked"
-			return nil
-		}
-		opts.Observe = func(context.Context) (*reconcile.Observation, error) { return nil, errors.New(reason) }
-		return nil
-	}
 	if probs := c.Credentials(); len(probs) > 0 {
 		var msgs []string
 		for _, p := range probs {

@@ -908,6 +908,7 @@ func TestSafetyTableNamesTests(t *testing.T) {
 	checkTableNamesTests(t, "docs/safety.md", "## The rules and their proofs", "rule", 4, 2)
 	checkTableNamesTests(t, "docs/safety.md", "## The rules of rollouts and their proofs", "rule", 4, 2)
 	checkTableNamesTests(t, "docs/safety.md", "## Remediation", "rule", 4, 2)
+	checkTableNamesTests(t, "docs/openstack.md", "## The rules and their proofs", "rule", 4, 2)
 }
 
 // checkTableNamesTests checks that each row of the table under heading in

@@ -18,6 +18,7 @@ import (
 	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/kube"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 	"github.com/taloscluster/taloscluster/reconcile/talos"
 )
 
@@ -119,12 +120,20 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	st := clusterStatus{Cluster: e.Cluster.Name, Provider: string(e.Cluster.Provider), Machines: []statusMachine{}, Nodes: []statusNode{}, Problems: []string{}}
-	st.Endpoints.KubernetesAPI, _ = reconcile.Endpoint(e.Cluster)
 	inv, err := e.Infra.Observe(ctx)
 	invRead := err == nil
 	if err != nil {
 		st.fail(err.Error())
+		st.Endpoints.KubernetesAPI = reconcile.ConfiguredAPI(e.Cluster).Kubeconfig()
+		if e.Cluster.Provider == spec.ProviderOpenStack {
+			st.Endpoints.KubernetesAPI = "unknown: the provider could not be read"
+		}
 	} else {
+		api := reconcile.EndpointOf(e.Cluster, e.Infra, inv)
+		st.Endpoints.KubernetesAPI = api.Kubeconfig()
+		if api.Public != "" {
+			st.Endpoints.KubernetesAPI += " (the VIP " + api.URL + " behind it)"
+		}
 		for _, m := range inv.Machines() {
 			sm := statusMachine{Name: m.Hostname, Role: string(m.Role), Running: m.Running, Addresses: []string{}, RestartPending: m.RestartPending}
 			for _, a := range m.Addresses {

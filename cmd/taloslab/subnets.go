@@ -225,29 +225,12 @@ func reserve(requested []netip.Prefix, candidates []int, log *slog.Logger) (*res
 			r.nets[bridge], r.locks = p, append(r.locks, lock)
 			continue
 		}
-		var last error
-		for _, n := range candidates {
-			p := block(n)
-			if taken(p) {
-				continue
-			}
-			lock, err := claim(p)
-			if err != nil {
-				log.Info("lab network skipped", "network", p, "reason", err)
-				last = err
-				continue
-			}
-			r.nets[bridge], r.locks = p, append(r.locks, lock)
-			break
-		}
-		if _, ok := r.nets[bridge]; !ok {
+		p, err := r.firstFree(candidates, taken, log)
+		if err != nil {
 			r.release()
-			if last == nil {
-				last = errors.New("no candidate left")
-			}
-			return nil, fmt.Errorf("finding a free /24 in %s for bridge %s (tried %d blocks; the last: %v); pass --subnet 127.N.0.0/24",
-				loopbackBlock, bridge, len(candidates), last)
+			return nil, fmt.Errorf("finding a free /24 in %s for bridge %s (%w); pass --subnet 127.N.0.0/24", loopbackBlock, bridge, err)
 		}
+		r.nets[bridge] = p
 	}
 	return r, nil
 }
@@ -273,30 +256,34 @@ func (r *reservation) reserveOpenStack(candidates []int, log *slog.Logger) error
 		return false
 	}
 	for _, name := range openstackNetNames {
-		var last error
-		for _, n := range candidates {
-			p := block(n)
-			if held(p) {
-				continue
-			}
-			lock, err := claim(p)
-			if err != nil {
-				log.Info("lab network skipped", "network", p, "reason", err)
-				last = err
-				continue
-			}
-			r.openstack[name], r.locks = p, append(r.locks, lock)
-			break
+		p, err := r.firstFree(candidates, held, log)
+		if err != nil {
+			return fmt.Errorf("finding a free /24 in %s for the OpenStack network %s (%w)", loopbackBlock, name, err)
 		}
-		if _, ok := r.openstack[name]; !ok {
-			if last == nil {
-				last = errors.New("no candidate left")
-			}
-			return fmt.Errorf("finding a free /24 in %s for the OpenStack network %s (tried %d blocks; the last: %v)",
-				loopbackBlock, name, len(candidates), last)
-		}
+		r.openstack[name] = p
 	}
 	return nil
+}
+
+// firstFree claims the first candidate block that skip does not rule out
+// and whose lock and addresses are free, and keeps its lock in r.
+func (r *reservation) firstFree(candidates []int, skip func(netip.Prefix) bool, log *slog.Logger) (netip.Prefix, error) {
+	last := errors.New("no candidate left")
+	for _, n := range candidates {
+		p := block(n)
+		if skip(p) {
+			continue
+		}
+		lock, err := claim(p)
+		if err != nil {
+			log.Info("lab network skipped", "network", p, "reason", err)
+			last = err
+			continue
+		}
+		r.locks = append(r.locks, lock)
+		return p, nil
+	}
+	return netip.Prefix{}, fmt.Errorf("tried %d blocks; the last: %w", len(candidates), last)
 }
 
 // claim takes a network's lock and checks its addresses are free. It

@@ -250,3 +250,24 @@ func (s *Server) deleteServerTag(w http.ResponseWriter, r *http.Request) int {
 	w.WriteHeader(http.StatusNoContent)
 	return http.StatusNoContent
 }
+
+// GuestStopped records that a running server's guest powered itself off
+// (a Talos reset that powers off): the hypervisor reports the domain shut
+// off, and Nova's power-state sync (the libvirt lifecycle event's
+// handle_lifecycle_event, then _sync_instance_power_state calling the stop
+// API for an active instance that stopped by itself) makes it SHUTOFF,
+// vm_state stopped, power_state 4, with no API call by anyone.
+func (s *Server) GuestStopped(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nova == nil {
+		return
+	}
+	sv, ok := s.nova.servers[id]
+	if !ok || sv.vmState != vmActive {
+		return
+	}
+	sv.vmState, sv.taskState, sv.powerState = vmStopped, "", powerShutdown
+	sv.updated = s.now().UTC()
+	s.serverDown(sv)
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,7 +120,7 @@ func (p *Provider) server(ctx context.Context, name string) (servers.Server, boo
 	ss, err := call(ctx, func(ctx context.Context) ([]servers.Server, error) {
 		// name is a regular expression to Nova: anchor it and match
 		// exactly below.
-		return all(ctx, servers.List(compute, servers.ListOpts{Name: "^" + regexpQuote(name) + "$", Tags: clusterTag(p.c.Name)}), servers.ExtractServers)
+		return all(ctx, servers.List(compute, servers.ListOpts{Name: "^" + regexp.QuoteMeta(name) + "$", Tags: clusterTag(p.c.Name)}), servers.ExtractServers)
 	})
 	if err != nil {
 		return servers.Server{}, false, fmt.Errorf("reading server %s: %w", name, err)
@@ -129,17 +131,6 @@ func (p *Provider) server(ctx context.Context, name string) (servers.Server, boo
 		}
 	}
 	return servers.Server{}, false, nil
-}
-
-func regexpQuote(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`\.+*?()|[]{}^$`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // apply creates the server on its port, booted from a new volume of the
@@ -255,7 +246,38 @@ func (p *Provider) PlanRemove(hostname string, have reconcile.Inventory) []plan.
 		Op:         deleteServer{hostname: hostname, id: s.ID}}}
 }
 
-type deleteServer struct{ hostname, id string }
+// deleteServer deletes a machine's server with its boot volume and waits
+// until it is gone, then its port unless keepPort (a replacement: the new
+// server boots on the same port, with the same address).
+type deleteServer struct {
+	hostname, id string
+	keepPort     bool
+}
+
+// PlanReplace (reconcile.Replacer) replaces a machine that stays in
+// cluster.yaml: its server is deleted (after the engine drained and reset
+// the node) and its port kept, so the compute phase, planned from the
+// inventory without the server, boots a new server on the same port and
+// address.
+func (p *Provider) PlanReplace(hostname string, have reconcile.Inventory) ([]plan.Change, reconcile.Inventory) {
+	inv, ok := have.(*inventory)
+	if !ok {
+		return nil, have
+	}
+	s, ok := inv.servers[hostname]
+	if !ok {
+		return nil, have
+	}
+	after := *inv
+	after.servers = maps.Clone(inv.servers)
+	delete(after.servers, hostname)
+	return []plan.Change{{Phase: plan.PhaseScaleDown, Domain: plan.DomainProvider, Action: plan.ActionDelete,
+		Resource:   plan.Resource{Kind: plan.KindMachine, Name: hostname},
+		Reason:     "delete the server with its boot volume; its port stays for the new server",
+		Attributes: []plan.Attribute{{Key: "server", Value: s.ID}},
+		Expects:    fmt.Sprintf("server %s is still %s, owned by the cluster", s.ID, hostname),
+		Op:         deleteServer{hostname: hostname, id: s.ID, keepPort: true}}}, &after
+}
 
 func (op deleteServer) apply(ctx context.Context, p *Provider, _ *reconcile.Desired) error {
 	s, found, err := p.server(ctx, op.hostname)
@@ -267,15 +289,17 @@ func (op deleteServer) apply(ctx context.Context, p *Provider, _ *reconcile.Desi
 	}
 	if found {
 		compute, _, _, _ := p.clients(ctx)
-		_, err := call(ctx, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, servers.Delete(ctx, compute, op.id).ExtractErr()
-		})
-		if err != nil && !notFound(err) {
-			return fmt.Errorf("deleting server %s (%s): %w", op.hostname, op.id, err)
+		if err := ignoreGone(ctx, "server "+op.hostname+" ("+op.id+")", func(ctx context.Context) error {
+			return servers.Delete(ctx, compute, op.id).ExtractErr()
+		}); err != nil {
+			return err
 		}
 		if err := p.waitServer(ctx, op.id, op.hostname, "DELETED"); err != nil {
 			return err
 		}
+	}
+	if op.keepPort {
+		return nil
 	}
 	port, ok, err := p.port(ctx, op.hostname)
 	if err != nil || !ok {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	gcos "github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/attributestags"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
@@ -32,9 +34,9 @@ import (
 
 // worldNets are this package's loopback /24s, two per lab world (the
 // cluster network, then the external network of the floating IPs):
-// 127.190 to 127.199, taken out of providers/proxmox's.
+// 127.184 to 127.199, taken out of providers/proxmox's.
 var (
-	worldNets = []int{190, 191, 192, 193, 194, 195, 196, 197, 198, 199}
+	worldNets = []int{184, 185, 186, 187, 188, 189, 190, 191, 192, 193, 194, 195, 196, 197, 198, 199}
 	netSeq    atomic.Int32
 )
 
@@ -320,17 +322,7 @@ func TestScaleDownAndStrayPortReclaim(t *testing.T) {
 // addPort creates a tagged port with gophercloud, as another client would.
 func (w *world) addPort(t *testing.T, network, name string, tags []string) string {
 	t.Helper()
-	pc, err := gcos.NewClient(w.lab.OpenStackURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.HTTPClient = http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}
-	err = gcos.Authenticate(t.Context(), pc, gophercloud.AuthOptions{IdentityEndpoint: w.lab.OpenStackURL,
-		ApplicationCredentialID: w.lab.OpenStackCredential.ID, ApplicationCredentialSecret: w.lab.OpenStackCredential.Secret})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := gcos.NewNetworkV2(pc, gophercloud.EndpointOpts{Region: w.lab.OpenStackRegion})
+	nc, err := gcos.NewNetworkV2(w.client(t), gophercloud.EndpointOpts{Region: w.lab.OpenStackRegion})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,4 +342,263 @@ func (w *world) addPort(t *testing.T, network, name string, tags []string) strin
 		t.Fatal(err)
 	}
 	return port.ID
+}
+
+// compute returns a Nova client of the lab cloud, as another client would
+// have one.
+func (w *world) compute(t *testing.T) *gophercloud.ServiceClient {
+	t.Helper()
+	cc, err := gcos.NewComputeV2(w.client(t), gophercloud.EndpointOpts{Region: w.lab.OpenStackRegion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cc
+}
+
+func (w *world) serverID(name string) string {
+	for _, s := range w.lab.OpenStack.Servers() {
+		if s.Name == name {
+			return s.ID
+		}
+	}
+	return ""
+}
+
+func (w *world) portID(name string) string {
+	for _, p := range w.lab.OpenStack.Ports() {
+		if p.Name == name {
+			return p.ID
+		}
+	}
+	return ""
+}
+
+// nodes reads the cluster's Nodes through the VIP.
+func (w *world) nodes(t *testing.T) map[string]kube.Node {
+	t.Helper()
+	e := w.engine(t)
+	obs, err := e.Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]kube.Node{}
+	for _, n := range obs.Kube.Nodes {
+		out[n.Name] = n
+	}
+	return out
+}
+
+// TestRemediationReplacesTheServerOnItsPort stops a worker's server behind
+// the engine's back: once its Node has been NotReady for longer than
+// remediation.after, converge drains it, deletes the server and boots a new
+// one on the same port, so the machine keeps its address; the reserved
+// ports and floating IPs are untouched.
+func TestRemediationReplacesTheServerOnItsPort(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os4", 2)
+	converge(t, w.engine(t))
+	fips := w.lab.OpenStack.FloatingIPTable()
+	victim := "os4-worker-02"
+	oldServer, oldPort := w.serverID(victim), w.portID(victim)
+	if err := servers.Stop(t.Context(), w.compute(t), oldServer).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for w.nodes(t)[victim].Ready {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still Ready after its server stopped", victim)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	w.setYAML(t, "security:", "remediation: {after: 1m, max_unhealthy: 1}\n\nsecurity:")
+	e := w.engine(t)
+	e.Now = func() time.Time { return time.Now().Add(2 * time.Minute) }
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	if err := e.Converge(ctx); err != nil {
+		t.Fatalf("converge: %v", err)
+	}
+	newServer := w.serverID(victim)
+	if newServer == "" || newServer == oldServer {
+		t.Fatalf("server %s: %q, want a new one (the old was %s)", victim, newServer, oldServer)
+	}
+	if got := w.portID(victim); got != oldPort {
+		t.Errorf("port of %s: %s, want the same port %s", victim, got, oldPort)
+	}
+	if !w.nodes(t)[victim].Ready {
+		t.Errorf("%s is not Ready after its replacement", victim)
+	}
+	if got := w.lab.OpenStack.FloatingIPTable(); !maps.Equal(got, fips) {
+		t.Errorf("floating IPs changed: %v -> %v", fips, got)
+	}
+}
+
+// TestRestartSoftRebootsAndWaits runs the provider's restart step of a
+// server: a soft reboot through Nova, waited out on reads of the server.
+func TestRestartSoftRebootsAndWaits(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os5", 1)
+	converge(t, w.engine(t))
+	c, _ := w.cluster(t)
+	p, err := openstack.New(c, os.DirFS(w.dir), nil, openstack.WithPoll(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := p.Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := p.PlanRestart("os5-worker-01", inv)
+	if len(steps) != 1 || steps[0].Action != plan.ActionRestart {
+		t.Fatalf("restart steps %+v", steps)
+	}
+	mark := len(w.lab.OpenStack.Log())
+	if err := p.Apply(t.Context(), nil, steps[0]); err != nil {
+		t.Fatal(err)
+	}
+	var actions, reads int
+	for _, op := range w.lab.OpenStack.Log()[mark:] {
+		switch op.Name {
+		case "compute.server.action":
+			actions++
+		case "compute.server.get":
+			reads++
+		}
+	}
+	if actions != 1 || reads == 0 {
+		t.Errorf("%d actions and %d reads of the server, want one reboot waited on reads", actions, reads)
+	}
+	for _, s := range w.lab.OpenStack.Servers() {
+		if s.Name == "os5-worker-01" && s.VMState != "active" {
+			t.Errorf("after the reboot the server is %s", s.VMState)
+		}
+	}
+}
+
+// client logs in to the lab cloud with gophercloud, as another client
+// would.
+func (w *world) client(t *testing.T) *gophercloud.ProviderClient {
+	t.Helper()
+	pc, err := gcos.NewClient(w.lab.OpenStackURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.HTTPClient = http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: w.lab.CA.Pool(), MinVersion: tls.VersionTLS12}}}
+	err = gcos.Authenticate(t.Context(), pc, gophercloud.AuthOptions{IdentityEndpoint: w.lab.OpenStackURL,
+		ApplicationCredentialID: w.lab.OpenStackCredential.ID, ApplicationCredentialSecret: w.lab.OpenStackCredential.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
+}
+
+// TestDestroyLeavesNothingButTheSharedImage destroys a built cluster:
+// servers, ports, floating IPs, router, subnet, network and security group
+// go; the boot image, which other clusters share, stays.
+func TestDestroyLeavesNothingButTheSharedImage(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os6", 1)
+	converge(t, w.engine(t))
+	e := w.engine(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	if err := e.Destroy(ctx); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	if s := w.lab.OpenStack.Servers(); len(s) != 0 {
+		t.Errorf("servers left: %v", s)
+	}
+	for _, p := range w.lab.OpenStack.Ports() {
+		if strings.HasPrefix(p.Name, "os6-") {
+			t.Errorf("port left: %s", p.Name)
+		}
+	}
+	if fips := w.lab.OpenStack.FloatingIPTable(); len(fips) != 0 {
+		t.Errorf("floating IPs left: %v", fips)
+	}
+	inv, err := e.Infra.Observe(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vip, _, ok := e.Infra.(reconcile.Endpointer).APIEndpoint(inv); ok {
+		t.Errorf("an API endpoint %s is left", vip)
+	}
+	c, _ := w.cluster(t)
+	p, err := w.engine(t).Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range p.Changes {
+		if ch.Resource.Kind == plan.KindImage {
+			t.Errorf("the boot image was deleted with cluster %s: %s %s", c.Name, ch.Action, ch.Resource)
+		}
+	}
+	for _, name := range []string{"os6-net", "os6-router", "os6"} {
+		found := false
+		for _, ch := range p.Changes {
+			found = found || (ch.Action == plan.ActionCreate && ch.Resource.Name == name)
+		}
+		if !found {
+			t.Errorf("after destroy the plan does not create %s again: it was left", name)
+		}
+	}
+}
+
+// TestGrowAddsAPortAndAServer grows the worker pool: the new machine gets
+// its port (with the ingress VIP's pair) and its server, and nothing else
+// of the cloud changes.
+func TestGrowAddsAPortAndAServer(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os7", 1)
+	converge(t, w.engine(t))
+	w.setYAML(t, "count: 1", "count: 2")
+	before := len(w.mutations())
+	converge(t, w.engine(t))
+	got := w.mutations()[before:]
+	if want := []string{"network.port.create", "compute.server.create"}; !slices.Equal(got, want) {
+		t.Errorf("growing made %v, want %v", got, want)
+	}
+	if w.serverID("os7-worker-02") == "" {
+		t.Fatal("no server os7-worker-02")
+	}
+	if !w.nodes(t)["os7-worker-02"].Ready {
+		t.Error("os7-worker-02 is not a Ready node")
+	}
+}
+
+// TestReservedPortsSurviveControlPlaneChanges grows the control planes to
+// five and shrinks them back to three: the kubeapi and ingress ports, their
+// addresses and their floating IPs are the same throughout, and the API
+// answers at the floating IP at the end.
+func TestReservedPortsSurviveControlPlaneChanges(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "os8", 0)
+	converge(t, w.engine(t))
+	fips, kubeapi := w.lab.OpenStack.FloatingIPTable(), w.portID("os8-kubeapi")
+	w.setYAML(t, "  count: 3", "  count: 5")
+	converge(t, w.engine(t))
+	w.setYAML(t, "  count: 5", "  count: 3")
+	e := w.engine(t)
+	e.Approve = func(*plan.Plan) error { return nil }
+	converge(t, e)
+	if got := w.lab.OpenStack.FloatingIPTable(); !maps.Equal(got, fips) {
+		t.Errorf("floating IPs changed: %v -> %v", fips, got)
+	}
+	if got := w.portID("os8-kubeapi"); got != kubeapi {
+		t.Errorf("the kubeapi port changed: %s -> %s", kubeapi, got)
+	}
+	data, err := os.ReadFile(filepath.Join(w.dir, reconcile.KubeconfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := kube.New(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kc.Version(t.Context()); err != nil {
+		t.Errorf("the API does not answer at the kubeconfig's %s: %v", kube.Server(data), err)
+	}
+	if n := len(w.lab.OpenStack.Servers()); n != 3 {
+		t.Errorf("%d servers, want 3", n)
+	}
 }

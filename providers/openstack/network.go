@@ -56,15 +56,15 @@ func (p *Provider) planNetwork(want *reconcile.Desired, inv *inventory) ([]plan.
 	}
 	out = append(out, p.planGroup(inv)...)
 	vips := map[string]string{}
-	for _, name := range []string{p.kubeapiName(), p.ingressName()} {
-		what := "Kubernetes API"
-		if name == p.ingressName() {
-			what = "ingress"
-		}
+	for _, r := range []struct{ name, what, sharedBy string }{
+		{p.kubeapiName(), "Kubernetes API", "control planes"},
+		{p.ingressName(), "ingress", "workers"},
+	} {
+		name, what := r.name, r.what
 		port, ok := inv.ports[name]
 		switch {
 		case !ok:
-			add(plan.ActionCreate, plan.KindPort, name, "reserved port whose fixed address is the "+what+" VIP, shared by the "+map[bool]string{true: "control planes", false: "workers"}[what != "ingress"]+" through allowed address pairs", createPort{name: name})
+			add(plan.ActionCreate, plan.KindPort, name, "reserved port whose fixed address is the "+what+" VIP, shared by the "+r.sharedBy+" through allowed address pairs", createPort{name: name})
 			vips[name] = reconcile.UnknownEndpoint
 		default:
 			addr, _ := fixedAddr(port)
@@ -455,11 +455,5 @@ func (op deleteRule) apply(ctx context.Context, p *Provider, _ *reconcile.Desire
 
 func deleteRuleID(ctx context.Context, p *Provider, id string) error {
 	_, network, _, _ := p.clients(ctx)
-	_, err := call(ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, rules.Delete(ctx, network, id).ExtractErr()
-	})
-	if err != nil && !notFound(err) {
-		return fmt.Errorf("deleting security group rule %s: %w", id, err)
-	}
-	return nil
+	return ignoreGone(ctx, "security group rule "+id, func(ctx context.Context) error { return rules.Delete(ctx, network, id).ExtractErr() })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
@@ -83,7 +84,7 @@ func (op updatePort) apply(ctx context.Context, p *Provider, _ *reconcile.Desire
 		return fmt.Errorf("%w: port %s does not exist", reconcile.ErrPrecondition, op.name)
 	}
 	groups := port.SecurityGroups
-	if !contains(groups, inv.group.ID) {
+	if !slices.Contains(groups, inv.group.ID) {
 		groups = append(groups, inv.group.ID)
 	}
 	opts := ports.UpdateOpts{SecurityGroups: &groups}
@@ -112,15 +113,6 @@ func (op updatePort) apply(ctx context.Context, p *Provider, _ *reconcile.Desire
 	return nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // apply deletes a machine port whose machine has no server, checked now.
 func (op deletePort) apply(ctx context.Context, p *Provider, _ *reconcile.Desired) error {
 	port, ok, err := p.port(ctx, op.name)
@@ -140,13 +132,7 @@ func (op deletePort) apply(ctx context.Context, p *Provider, _ *reconcile.Desire
 
 func (p *Provider) deletePortID(ctx context.Context, name, id string) error {
 	_, network, _, _ := p.clients(ctx)
-	_, err := call(ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, ports.Delete(ctx, network, id).ExtractErr()
-	})
-	if err != nil && !notFound(err) {
-		return fmt.Errorf("deleting port %s: %w", name, err)
-	}
-	return nil
+	return ignoreGone(ctx, "port "+name, func(ctx context.Context) error { return ports.Delete(ctx, network, id).ExtractErr() })
 }
 
 // floatingIP reads the cluster's floating IP of a reserved port now.

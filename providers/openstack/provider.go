@@ -58,6 +58,7 @@ var (
 	_ reconcile.Endpointer = (*Provider)(nil)
 	_ reconcile.Remover    = (*Provider)(nil)
 	_ reconcile.Restarter  = (*Provider)(nil)
+	_ reconcile.Replacer   = (*Provider)(nil)
 	_ reconcile.Warner     = (*Provider)(nil)
 )
 
@@ -145,6 +146,10 @@ func (p *Provider) clients(ctx context.Context) (compute, network, image *gopher
 	actx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	err = gcos.Authenticate(actx, pc, gophercloud.AuthOptions{
+		// A run can outlast a token (an hour by default): on a 401
+		// gophercloud asks Keystone for a new one and sends the request
+		// again.
+		AllowReauth:                 true,
 		IdentityEndpoint:            o.URL,
 		ApplicationCredentialID:     o.CredentialID,
 		ApplicationCredentialSecret: o.CredentialSecret,

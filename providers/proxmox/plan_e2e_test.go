@@ -220,7 +220,7 @@ var notProxmox = func() map[string]string {
 	const openstack = "an openstack key: a Proxmox cluster with an openstack section is refused by validation (at most one VM provider)"
 	const metal = "a metal machine key: the walk adds a whole metal section (case \"metal\"), which plan warns this version does not manage"
 	out := map[string]string{}
-	for _, k := range []string{"url", "availability_zone", "external_net", "region", "metadata", "credential_id", "credential_secret"} {
+	for _, k := range []string{"url", "availability_zone", "external_net", "region", "metadata", "credential_id", "credential_secret", "tls_verify", "image_factory"} {
 		out["openstack."+k] = openstack
 	}
 	machine := []string{"role", "redfish", "disk", "boot_timeout", "auto_join", "extensions",

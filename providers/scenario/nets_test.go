@@ -13,8 +13,8 @@ import (
 // (the cluster network, then the external network of its floating IPs,
 // where the lab listens). They are clear of the networks other packages'
 // tests use, as packages' tests run at the same time: providers/proxmox
-// has 127.172 to 127.189, 127.221 to 127.230 (but 223, 227, 229),
-// 127.246 to 127.248 and 127.1 to 127.20; providers/openstack 127.190 to
+// has 127.172 to 127.183, 127.221 to 127.230 (but 223, 227, 229),
+// 127.246 to 127.248 and 127.1 to 127.20; providers/openstack 127.184 to
 // 127.199; the lab's own tests up to 127.100; cmd/taloscluster's fault
 // matrix 127.120 to 127.166; cmd/taloslab's 127.200 to 127.218 and
 // 127.249, 127.250 and 127.255; the lab's defaults 127.251 to 127.254.

@@ -47,9 +47,10 @@ func TestMAC(t *testing.T) {
 		}
 	}
 
+	// On OpenStack the machine's port is created with the cluster MAC.
 	for _, m := range machineconfig.Machines(openStackCluster()) {
-		if m.ClusterMAC != "" || m.ExternalMAC != "" {
-			t.Errorf("%s: OpenStack machine has a MAC", m.Hostname)
+		if m.ClusterMAC != machineconfig.MAC("prod-a", m.Hostname, machineconfig.NICCluster) || m.ExternalMAC != "" {
+			t.Errorf("%s: OpenStack machine MACs %q, %q; want the deterministic cluster MAC only", m.Hostname, m.ClusterMAC, m.ExternalMAC)
 		}
 	}
 }
