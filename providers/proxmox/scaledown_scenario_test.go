@@ -15,13 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
 	"gopkg.in/yaml.v3"
 
 	"github.com/taloscluster/taloscluster/lab"
-	labkube "github.com/taloscluster/taloscluster/lab/kube"
 	"github.com/taloscluster/taloscluster/lab/pve"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 )
@@ -71,29 +67,6 @@ func (w *world) set(t *testing.T, kv ...string) {
 	if err := os.WriteFile(path, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// kube returns the lab's Kubernetes server of the world's cluster and a
-// client-go clientset with the cluster's kubeconfig.
-func (w *world) kube(t *testing.T) (*labkube.Server, kubernetes.Interface) {
-	t.Helper()
-	k, ok := w.lab.Kube(w.name)
-	if !ok {
-		t.Fatal("the cluster has no Kubernetes API")
-	}
-	data, err := os.ReadFile(filepath.Join(w.dir, "kubeconfig"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k, cs
 }
 
 // since returns the lab's log entries after mark.
