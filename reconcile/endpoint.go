@@ -27,15 +27,22 @@ type API struct {
 	// otherwise. PublicAddr is its address, which the certificates name.
 	Public     string
 	PublicAddr netip.Addr
-	// Known is false while the provider has not allocated the addresses.
+	// Known is false while the provider has not allocated the VIP.
 	Known bool
+	// Allocated is set when the provider, not cluster.yaml, allocates the
+	// addresses (Endpointer): the engine then always talks to URL,
+	// whatever address the stored kubeconfig names.
+	Allocated bool
+	// PublicPending is set when the provider fronts the VIP with a public
+	// address that does not exist yet (its network phase makes it).
+	PublicPending bool
 }
 
 // Kubeconfig returns the server the kubeconfig for people names: Public
 // when there is one, else URL; UnknownEndpoint while not known.
 func (a API) Kubeconfig() string {
 	switch {
-	case !a.Known:
+	case !a.Known || a.PublicPending:
 		return UnknownEndpoint
 	case a.Public != "":
 		return a.Public
@@ -48,9 +55,10 @@ func (a API) Kubeconfig() string {
 // port and its floating IP).
 type Endpointer interface {
 	// APIEndpoint returns, from what was observed, the Layer-2 VIP the
-	// control planes share and the public address in front of it
-	// (invalid when there is none); ok is false while the VIP does not
-	// exist yet. It does no I/O.
+	// control planes share and the public address in front of it; ok is
+	// false while the VIP does not exist yet, and public is invalid while
+	// the public address does not (a provider that implements Endpointer
+	// always fronts the VIP with one). It does no I/O.
 	APIEndpoint(have Inventory) (vip, public netip.Addr, ok bool)
 }
 
@@ -61,9 +69,9 @@ func EndpointOf(c *spec.Cluster, infra Infra, have Inventory) API {
 	if ep, ok := infra.(Endpointer); ok {
 		vip, public, ok := ep.APIEndpoint(have)
 		if !ok || !vip.IsValid() {
-			return API{}
+			return API{Allocated: true}
 		}
-		a := API{URL: apiURL(vip), VIP: vip, Known: true}
+		a := API{URL: apiURL(vip), VIP: vip, Known: true, Allocated: true, PublicPending: !public.IsValid()}
 		if public.IsValid() && public != vip {
 			a.Public, a.PublicAddr = apiURL(public), public
 		}
@@ -87,7 +95,7 @@ func apiURL(addr netip.Addr) string {
 // public address in front of it, which the engine does not hairpin
 // through.
 func kubeClient(kubeconfig []byte, api API) (*kube.Client, error) {
-	if api.Known && api.Public != "" {
+	if api.Known && api.Allocated {
 		return kube.NewAt(kubeconfig, api.URL)
 	}
 	return kube.New(kubeconfig)
@@ -97,7 +105,7 @@ func kubeClient(kubeconfig []byte, api API) (*kube.Client, error) {
 // internal endpoint) as it is stored: naming the public endpoint when
 // there is one.
 func forPeople(kubeconfig []byte, api API) ([]byte, error) {
-	if !api.Known || api.Public == "" {
+	if !api.Known || !api.Allocated || api.Public == "" {
 		return kubeconfig, nil
 	}
 	out, err := kube.WithServer(kubeconfig, api.Public)
@@ -116,10 +124,17 @@ type makeConfigs struct{}
 // reports no endpoint run configs that name one it no longer has: a new
 // address would not be theirs, so that is refused.
 func planConfigs(p *plan.Plan, want *Desired, obs *Observation) {
-	if want.API.Known {
+	ms := obs.Inventory.Machines()
+	switch {
+	case want.API.Known && want.API.PublicPending && len(ms) > 0:
+		p.Warn(fmt.Sprintf("the public address of the Kubernetes API (%s's floating IP) is gone: the network phase makes a new one; the next converge puts it in the certificates and in %s", want.Cluster.Name+"-kubeapi", KubeconfigFile))
 		return
-	}
-	if ms := obs.Inventory.Machines(); len(ms) > 0 {
+	case want.API.Known && !want.API.PublicPending:
+		return
+	case want.API.Known:
+		// No machine yet: the configs wait for the public address, so
+		// that the certificates name it.
+	case len(ms) > 0:
 		p.Refuse(plan.Resource{Kind: plan.KindVIP, Name: want.Cluster.Name + "-kubeapi"},
 			fmt.Sprintf("%d machines of the cluster exist (e.g. %s) but the provider reports no address for the Kubernetes API: their configs name an endpoint that a newly allocated address would not be; restore the API's reserved port, or destroy the cluster", len(ms), ms[0].Hostname))
 		return
@@ -141,8 +156,8 @@ func (r *run) makeConfigs(ctx context.Context) error {
 		return fmt.Errorf("reading the API endpoint the network phase allocated: %w", err)
 	}
 	api := EndpointOf(e.Cluster, e.Infra, inv)
-	if !api.Known {
-		return fmt.Errorf("%w: the provider reports no address for the Kubernetes API after the network phase", ErrPrecondition)
+	if !api.Known || api.PublicPending {
+		return fmt.Errorf("%w: the provider reports no address for the Kubernetes API (or none in front of it) after the network phase", ErrPrecondition)
 	}
 	bundle := r.bundle
 	if bundle == nil {
@@ -159,4 +174,10 @@ func (r *run) makeConfigs(ctx context.Context) error {
 	}
 	e.say(plan.PhaseDiscover, "made the machine configs for the API at %s", api.URL)
 	return nil
+}
+
+// noMachines reports whether the observation found no machine (nil: none
+// was made, as when the identity is minted).
+func (o *Observation) noMachines() bool {
+	return o == nil || o.Inventory == nil || len(o.Inventory.Machines()) == 0
 }

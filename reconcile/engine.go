@@ -446,7 +446,7 @@ func (e *Engine) recheck(ctx context.Context, open []state.Entry, p *plan.Plan) 
 // back. want.ConfigAt generates configs at other versions, for the later
 // steps of a rollout.
 func (e *Engine) configs(want *Desired, bundle *secrets.Bundle, obs *Observation) error {
-	if !want.API.Known {
+	if !want.API.Known || (want.API.PublicPending && obs.noMachines()) {
 		// Made by the step after the network phase, from the endpoint
 		// the provider then reports.
 		want.ConfigAt = nil

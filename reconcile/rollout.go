@@ -185,6 +185,13 @@ func planRollout(p *plan.Plan, want *Desired, obs *Observation, infra Infra) err
 	if obs.Offline || want.ConfigAt == nil {
 		return nil
 	}
+	if want.API.PublicPending {
+		// The configs would drop the old public address from the
+		// certificates and the next converge would add the new one: the
+		// rollout waits for the address the network phase makes (see
+		// planConfigs' warning).
+		return nil
+	}
 	ro := &rollout{want: want, obs: obs, addrs: map[string]string{}}
 	ro.restarter, _ = infra.(Restarter)
 	refused := len(p.Refusals)
@@ -254,7 +261,7 @@ func planRollout(p *plan.Plan, want *Desired, obs *Observation, infra Infra) err
 func (ro *rollout) planEndpoint(p *plan.Plan) {
 	endpoint := ro.want.API.Kubeconfig()
 	have := ro.obs.State.KubeconfigServer
-	if !ro.want.API.Known || have == "" || have == endpoint || len(ro.endpoints) == 0 {
+	if !ro.want.API.Known || ro.want.API.PublicPending || have == "" || have == endpoint || len(ro.endpoints) == 0 {
 		return
 	}
 	if ro.downs() || ro.phase == plan.PhaseUpgrade || !sameVersion(ro.obs.Kube.Version, ro.want.Cluster.Kubernetes.Version) {

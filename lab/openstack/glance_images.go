@@ -410,6 +410,9 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) int {
 				ok = ok && img.containerFormat == val
 			case "id":
 				ok = ok && img.id == val
+			case "owner":
+				// Every image here is the one project's (see imageBody).
+				ok = ok && s.opts.ProjectID == val
 			default:
 				ok = ok && fmt.Sprint(img.props[k]) == val && img.props[k] != nil
 			}

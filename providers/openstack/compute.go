@@ -53,6 +53,9 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 		out = append(out, refuse(plan.KindSubnet, p.subnetName(), fmt.Sprintf("network.cluster.cidr is %s but subnet %s has %s: a subnet's range cannot change, and the nodes' addresses are in it",
 			p.c.Network.Cluster.CIDR.Masked(), p.subnetName(), inv.subnet.CIDR)))
 	}
+	for _, d := range inv.duplicates {
+		out = append(out, refuse(plan.KindCluster, p.c.Name, d+" shares its name with another of the cluster's: which one is the machine's cannot be told; delete the one that is not in use"))
+	}
 	for _, f := range inv.foreign {
 		out = append(out, refuse(plan.KindCluster, p.c.Name, f+" has one of the cluster's names but not its tags ("+tagManaged+", "+clusterTag(p.c.Name)+"): taloscluster does not take over what it did not create; rename or delete it"))
 	}
@@ -102,6 +105,9 @@ func (p *Provider) planCompute(want *reconcile.Desired, inv *inventory) ([]plan.
 	}
 	return out, nil
 }
+
+// configDrive asks Nova for a config drive on every server.
+var configDrive = true
 
 type createServer struct {
 	hostname string
@@ -158,10 +164,10 @@ func (op createServer) apply(ctx context.Context, p *Provider, want *reconcile.D
 	}
 	compute, _, image, _ := p.clients(ctx)
 	inv := &inventory{}
-	if err := p.readImage(ctx, image, inv); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return p.readImage(ctx, image, inv) }); err != nil {
 		return fmt.Errorf("reading the boot image: %w", err)
 	}
-	if err := p.readCompute(ctx, compute, inv); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return p.readCompute(ctx, compute, inv) }); err != nil {
 		return fmt.Errorf("reading the flavors: %w", err)
 	}
 	if inv.image == nil || inv.image.Status != "active" {
@@ -176,6 +182,10 @@ func (op createServer) apply(ctx context.Context, p *Provider, want *reconcile.D
 		FlavorRef:        flavorID,
 		AvailabilityZone: p.c.OpenStack.AvailabilityZone,
 		Networks:         []servers.Network{{Port: port.ID}},
+		// The machine config reaches Talos on the config drive: the
+		// security group keeps the metadata service out of reach
+		// (openstack.metadata false).
+		ConfigDrive: &configDrive,
 		// Encoded here, so gophercloud sends it as it is.
 		UserData: []byte(base64.StdEncoding.EncodeToString(config)),
 		Metadata: map[string]string{metaDisk: strconv.Itoa(op.disk)},
@@ -214,6 +224,15 @@ func (p *Provider) waitServer(ctx context.Context, id, name, want string) error 
 			last = s.Status
 			if s.Status == want && s.TaskState == "" {
 				return nil
+			}
+			if s.Status == "SOFT_DELETED" && want == "DELETED" {
+				// A cloud that defers deletes (reclaim_instance_interval)
+				// keeps the server restorable: it goes now.
+				if err := ignoreGone(ctx, "server "+name+" ("+id+")", func(ctx context.Context) error {
+					return servers.ForceDelete(ctx, compute, id).ExtractErr()
+				}); err != nil {
+					return err
+				}
 			}
 			if s.Status == "ERROR" && want != "DELETED" {
 				return fmt.Errorf("server %s (%s) is in ERROR: %s", name, id, s.Fault.Message)

@@ -72,8 +72,14 @@ type inventory struct {
 	// zones. Both nil for an offline plan.
 	flavors map[string]string
 	zones   []string
+	// failedImages are boot images of that name whose upload failed
+	// (killed) or that were deactivated: replaced and deleted.
+	failedImages []images.Image
 	// foreign names resources of a cluster name that are not ours.
 	foreign []string
+	// duplicates names owned resources that share a name (or, for a
+	// floating IP, a reserved port) with another.
+	duplicates []string
 	// offline is set for the empty inventory of a plan that asked no one.
 	offline bool
 }

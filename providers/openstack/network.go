@@ -220,10 +220,7 @@ func (p *Provider) fresh(ctx context.Context) (*inventory, error) {
 		func(ctx context.Context) error { return p.readNetwork(ctx, network, inv) },
 		func(ctx context.Context) error { return p.readGroup(ctx, network, inv) },
 	} {
-		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
-		err := read(cctx)
-		cancel()
-		if err != nil {
+		if err := within(ctx, read); err != nil {
 			return nil, err
 		}
 	}
@@ -349,13 +346,13 @@ func (op updateSubnetDNS) apply(ctx context.Context, p *Provider, _ *reconcile.D
 func (createRouter) apply(ctx context.Context, p *Provider, _ *reconcile.Desired) error {
 	_, network, _, _ := p.clients(ctx)
 	probe := &inventory{}
-	if err := p.readExternal(ctx, network, probe); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return p.readExternal(ctx, network, probe) }); err != nil {
 		return fmt.Errorf("reading the external network %s: %w", p.c.OpenStack.ExternalNet, err)
 	}
 	if probe.external == nil {
 		return fmt.Errorf("%w: the external network %s does not exist", reconcile.ErrPrecondition, p.c.OpenStack.ExternalNet)
 	}
-	if err := p.readRouter(ctx, network, probe); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return p.readRouter(ctx, network, probe) }); err != nil {
 		return fmt.Errorf("reading router %s: %w", p.routerName(), err)
 	}
 	if probe.router != nil {
@@ -377,7 +374,7 @@ func (addRouterInterface) apply(ctx context.Context, p *Provider, _ *reconcile.D
 		return err
 	}
 	_, network, _, _ := p.clients(ctx)
-	if err := p.readRouter(ctx, network, inv); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return p.readRouter(ctx, network, inv) }); err != nil {
 		return fmt.Errorf("reading router %s: %w", p.routerName(), err)
 	}
 	switch {

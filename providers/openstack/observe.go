@@ -47,10 +47,7 @@ func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
 		{"the boot image", func(ctx context.Context) error { return p.readImage(ctx, image, inv) }},
 	}
 	for _, r := range reads {
-		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
-		err := r.f(cctx)
-		cancel()
-		if err != nil {
+		if err := within(ctx, r.f); err != nil {
 			return nil, fmt.Errorf("reading %s: %w", r.what, p.clean(err))
 		}
 	}
@@ -80,7 +77,7 @@ func (p *Provider) readExternal(ctx context.Context, network *gophercloud.Servic
 }
 
 func (p *Provider) readNetwork(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
-	nets, err := all(ctx, networks.List(network, networks.ListOpts{Name: p.netName()}), networks.ExtractNetworks)
+	nets, err := all(ctx, networks.List(network, networks.ListOpts{Name: p.netName(), ProjectID: p.project}), networks.ExtractNetworks)
 	if err != nil {
 		return err
 	}
@@ -94,7 +91,7 @@ func (p *Provider) readNetwork(ctx context.Context, network *gophercloud.Service
 	if inv.network == nil {
 		return nil
 	}
-	subs, err := all(ctx, subnets.List(network, subnets.ListOpts{NetworkID: inv.network.ID}), subnets.ExtractSubnets)
+	subs, err := all(ctx, subnets.List(network, subnets.ListOpts{NetworkID: inv.network.ID, ProjectID: p.project}), subnets.ExtractSubnets)
 	if err != nil {
 		return err
 	}
@@ -107,7 +104,7 @@ func (p *Provider) readNetwork(ctx context.Context, network *gophercloud.Service
 }
 
 func (p *Provider) readRouter(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
-	rs, err := all(ctx, routers.List(network, routers.ListOpts{Name: p.routerName()}), routers.ExtractRouters)
+	rs, err := all(ctx, routers.List(network, routers.ListOpts{Name: p.routerName(), ProjectID: p.project}), routers.ExtractRouters)
 	if err != nil {
 		return err
 	}
@@ -121,7 +118,10 @@ func (p *Provider) readRouter(ctx context.Context, network *gophercloud.ServiceC
 	if inv.router == nil || inv.subnet == nil {
 		return nil
 	}
-	ifaces, err := all(ctx, ports.List(network, ports.ListOpts{DeviceID: inv.router.ID, DeviceOwner: "network:router_interface"}), ports.ExtractPorts)
+	// Any of the router's ports with an address on the subnet: its owner
+	// is network:router_interface, or network:router_interface_distributed
+	// (DVR), or network:ha_router_replicated_interface (L3 HA).
+	ifaces, err := all(ctx, ports.List(network, ports.ListOpts{DeviceID: inv.router.ID}), ports.ExtractPorts)
 	if err != nil {
 		return err
 	}
@@ -134,7 +134,7 @@ func (p *Provider) readRouter(ctx context.Context, network *gophercloud.ServiceC
 }
 
 func (p *Provider) readGroup(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
-	gs, err := all(ctx, groups.List(network, groups.ListOpts{Name: p.groupName()}), groups.ExtractGroups)
+	gs, err := all(ctx, groups.List(network, groups.ListOpts{Name: p.groupName(), ProjectID: p.project}), groups.ExtractGroups)
 	if err != nil {
 		return err
 	}
@@ -149,20 +149,25 @@ func (p *Provider) readGroup(ctx context.Context, network *gophercloud.ServiceCl
 }
 
 func (p *Provider) readPorts(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
-	ps, err := all(ctx, ports.List(network, ports.ListOpts{Tags: clusterTag(p.c.Name)}), ports.ExtractPorts)
+	ps, err := all(ctx, ports.List(network, ports.ListOpts{Tags: clusterTag(p.c.Name), ProjectID: p.project}), ports.ExtractPorts)
 	if err != nil {
 		return err
 	}
 	for _, port := range ps {
-		if owned(port.Tags, p.c.Name) {
-			inv.ports[port.Name] = port
+		if !owned(port.Tags, p.c.Name) {
+			continue
 		}
+		if _, dup := inv.ports[port.Name]; dup {
+			inv.duplicates = append(inv.duplicates, "port "+port.Name+" ("+port.ID+")")
+			continue
+		}
+		inv.ports[port.Name] = port
 	}
 	return nil
 }
 
 func (p *Provider) readFloatingIPs(ctx context.Context, network *gophercloud.ServiceClient, inv *inventory) error {
-	fs, err := all(ctx, floatingips.List(network, floatingips.ListOpts{Tags: clusterTag(p.c.Name)}), floatingips.ExtractFloatingIPs)
+	fs, err := all(ctx, floatingips.List(network, floatingips.ListOpts{Tags: clusterTag(p.c.Name), ProjectID: p.project}), floatingips.ExtractFloatingIPs)
 	if err != nil {
 		return err
 	}
@@ -172,6 +177,10 @@ func (p *Provider) readFloatingIPs(ctx context.Context, network *gophercloud.Ser
 		}
 		// The description names the reserved port the address is for,
 		// so an address whose association was lost is found again.
+		if _, dup := inv.fips[fip.Description]; dup {
+			inv.duplicates = append(inv.duplicates, "floating IP "+fip.FloatingIP+" of "+fip.Description)
+			continue
+		}
 		inv.fips[fip.Description] = fip
 	}
 	return nil
@@ -183,9 +192,14 @@ func (p *Provider) readServers(ctx context.Context, compute *gophercloud.Service
 		return err
 	}
 	for _, s := range ss {
-		if owned(tagsOf(s), p.c.Name) {
-			inv.servers[s.Name] = s
+		if !owned(tagsOf(s), p.c.Name) {
+			continue
 		}
+		if _, dup := inv.servers[s.Name]; dup {
+			inv.duplicates = append(inv.duplicates, "server "+s.Name+" ("+s.ID+")")
+			continue
+		}
+		inv.servers[s.Name] = s
 	}
 	return nil
 }
@@ -216,11 +230,18 @@ func (p *Provider) readImage(ctx context.Context, image *gophercloud.ServiceClie
 	if err != nil {
 		return err
 	}
-	imgs, err := all(ctx, images.List(image, images.ListOpts{Name: name}), images.ExtractImages)
+	// Only the project's own images made by taloscluster: an image of
+	// that name someone else published is not trusted to boot from.
+	imgs, err := all(ctx, images.List(image, images.ListOpts{Name: name, Owner: p.project, Tags: []string{tagManaged}}), images.ExtractImages)
 	if err != nil {
 		return err
 	}
 	for i := range imgs {
+		switch imgs[i].Status {
+		case images.ImageStatusKilled, images.ImageStatusDeactivated:
+			inv.failedImages = append(inv.failedImages, imgs[i])
+			continue
+		}
 		// An active image wins over one still being uploaded.
 		if inv.image == nil || (imgs[i].Status == images.ImageStatusActive && inv.image.Status != images.ImageStatusActive) {
 			inv.image = &imgs[i]
@@ -241,7 +262,9 @@ func (p *Provider) APIEndpoint(have reconcile.Inventory) (vip, public netip.Addr
 		return netip.Addr{}, netip.Addr{}, false
 	}
 	vip, ok = fixedAddr(port)
-	if fip, found := inv.fips[p.kubeapiName()]; found && fip.PortID == port.ID {
+	// A floating IP that came off its port is still the API's address:
+	// the network phase puts it back.
+	if fip, found := inv.fips[p.kubeapiName()]; found {
 		public, _ = netip.ParseAddr(fip.FloatingIP)
 	}
 	return vip, public, ok

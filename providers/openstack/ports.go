@@ -142,9 +142,7 @@ func (p *Provider) floatingIP(ctx context.Context, port string) (floatingips.Flo
 		return floatingips.FloatingIP{}, false, err
 	}
 	inv := &inventory{fips: map[string]floatingips.FloatingIP{}}
-	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
-	if err := p.readFloatingIPs(cctx, network, inv); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return p.readFloatingIPs(ctx, network, inv) }); err != nil {
 		return floatingips.FloatingIP{}, false, fmt.Errorf("reading the floating IP of %s: %w", port, err)
 	}
 	fip, ok := inv.fips[port]
@@ -166,7 +164,7 @@ func (op createFloatingIP) apply(ctx context.Context, p *Provider, _ *reconcile.
 	}
 	_, network, _, _ := p.clients(ctx)
 	probe := &inventory{}
-	if err := p.readExternal(ctx, network, probe); err != nil {
+	if err := within(ctx, func(ctx context.Context) error { return p.readExternal(ctx, network, probe) }); err != nil {
 		return fmt.Errorf("reading the external network %s: %w", p.c.OpenStack.ExternalNet, err)
 	}
 	if probe.external == nil {

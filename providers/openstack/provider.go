@@ -14,7 +14,9 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 	gcos "github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/tokens"
 
+	"github.com/taloscluster/taloscluster/internal/factoryhttp"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/internal/tlstrust"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -47,10 +49,18 @@ type Provider struct {
 	// poll is how often a wait reads the resource again.
 	poll time.Duration
 
+	// factoryHC fetches the boot image from the Image Factory.
+	factoryHC *http.Client
+
 	mu      sync.Mutex
 	compute *gophercloud.ServiceClient
 	network *gophercloud.ServiceClient
 	image   *gophercloud.ServiceClient
+	// project is the ID of the application credential's project: every
+	// Neutron and Glance list is limited to it, so that a credential
+	// with an admin role never takes another project's resources for
+	// the cluster's.
+	project string
 }
 
 var (
@@ -111,7 +121,7 @@ func New(c *spec.Cluster, files fs.FS, log *slog.Logger, opts ...Option) (*Provi
 	// The application credential's secret and the token go with the
 	// requests: a redirect is never followed.
 	hc := &http.Client{Transport: noredirect.Transport(base), CheckRedirect: noredirect.CheckRedirect}
-	return &Provider{c: c, log: log, hc: hc, poll: o.poll}, nil
+	return &Provider{c: c, log: log, hc: hc, poll: o.poll, factoryHC: factoryhttp.Client(tlsCfg, UploadTimeout)}, nil
 }
 
 // Offline returns a provider that plans a cluster of which nothing exists,
@@ -157,6 +167,14 @@ func (p *Provider) clients(ctx context.Context) (compute, network, image *gopher
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("authenticating to Keystone at %s with the application credential: %w", o.URL, p.clean(err))
 	}
+	token, isV3 := pc.GetAuthResult().(tokens.CreateResult)
+	if !isV3 {
+		return nil, nil, nil, fmt.Errorf("reading Keystone's token: not an Identity v3 token (%T)", pc.GetAuthResult())
+	}
+	project, err := token.ExtractProject()
+	if err != nil || project == nil || project.ID == "" {
+		return nil, nil, nil, fmt.Errorf("reading the project of the application credential from Keystone's token: %v", err)
+	}
 	eo := gophercloud.EndpointOpts{Region: o.Region}
 	if p.compute, err = gcos.NewComputeV2(pc, eo); err != nil {
 		return nil, nil, nil, fmt.Errorf("finding Nova in the catalog of region %s: %w", o.Region, err)
@@ -170,6 +188,7 @@ func (p *Provider) clients(ctx context.Context) (compute, network, image *gopher
 		p.compute = nil
 		return nil, nil, nil, fmt.Errorf("finding Glance in the catalog of region %s: %w", o.Region, err)
 	}
+	p.project = project.ID
 	return p.compute, p.network, p.image, nil
 }
 
@@ -198,6 +217,13 @@ func call[T any](ctx context.Context, f func(ctx context.Context) (T, error)) (T
 	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	return f(cctx)
+}
+
+// within runs f under its own deadline.
+func within(ctx context.Context, f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	return f(ctx)
 }
 
 // Empty returns the inventory of a cluster of which nothing exists.

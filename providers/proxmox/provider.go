@@ -2,7 +2,6 @@ package proxmox
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -17,7 +16,7 @@ import (
 
 	"github.com/Telmate/proxmox-api-go/proxmox"
 
-	"github.com/taloscluster/taloscluster/internal/noredirect"
+	"github.com/taloscluster/taloscluster/internal/factoryhttp"
 	"github.com/taloscluster/taloscluster/internal/tlstrust"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
@@ -77,29 +76,10 @@ func New(c *spec.Cluster, files fs.FS, log *slog.Logger, opts ...Option) (*Provi
 	return &Provider{
 		c:       c,
 		api:     api,
-		http:    factoryClient(tlsCfg),
+		http:    factoryhttp.Client(tlsCfg, 10*time.Minute),
 		log:     log,
 		factory: px.ImageFactory,
 	}, nil
-}
-
-// factoryClient is the HTTP client of the Image Factory. It carries no
-// credential. The real factory answers an image that is in its cache with
-// a 302 to the cache's (presigned) URL (image-factory
-// internal/frontend/http/image.go, handleImage), so redirects are followed,
-// but only to https, at most five, and never with an Authorization header.
-func factoryClient(tlsCfg *tls.Config) *http.Client {
-	return &http.Client{
-		Timeout:   10 * time.Minute,
-		Transport: &http.Transport{TLSClientConfig: tlsCfg, Proxy: http.ProxyFromEnvironment},
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if req.URL.Scheme != "https" || len(via) > 5 {
-				return noredirect.CheckRedirect(req, via)
-			}
-			req.Header.Del("Authorization")
-			return nil
-		},
-	}
 }
 
 // Offline returns a provider that only plans: it has no API client, so

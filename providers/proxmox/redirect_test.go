@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taloscluster/taloscluster/internal/factoryhttp"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 )
 
@@ -64,7 +65,7 @@ func TestFactoryClientFollowsOnlyHTTPSWithoutCredentials(t *testing.T) {
 	}))
 	defer factory.Close()
 	// Both test servers share httptest's certificate.
-	c := factoryClient(&tls.Config{RootCAs: factory.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs})
+	c := factoryhttp.Client(&tls.Config{RootCAs: factory.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}, time.Minute)
 	req, _ := http.NewRequest(http.MethodGet, factory.URL+"/image/abc/v1.12.1/nocloud-amd64.iso", nil)
 	req.Header.Set("Authorization", "Bearer nothing-to-leak")
 	resp, err := c.Do(req)
