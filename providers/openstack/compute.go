@@ -96,12 +96,22 @@ func (p *Provider) planValidate(want *reconcile.Desired, inv *inventory) []plan.
 func (p *Provider) planCompute(want *reconcile.Desired, inv *inventory) ([]plan.Change, error) {
 	var out []plan.Change
 	for _, m := range want.Machines {
-		if _, ok := inv.servers[m.Hostname]; ok {
+		if s, ok := inv.servers[m.Hostname]; ok {
+			if s.Status == "SHUTOFF" {
+				out = append(out, p.change(plan.PhaseCompute, plan.ActionUpdate, plan.KindMachine, m.Hostname,
+					"the server is stopped: start it", startServer{hostname: m.Hostname, id: s.ID},
+					plan.Attribute{Key: "status", Value: "SHUTOFF -> ACTIVE"}))
+			}
 			continue
 		}
 		pool := m.Pool
+		what := "new " + string(pool.Role)
+		if inv.replaced[m.Hostname] {
+			// A remediation's replacement says so in each of its steps.
+			what = "remediation: a new server of the same name for the " + string(pool.Role) + " deleted above, on its port,"
+		}
 		out = append(out, p.change(plan.PhaseCompute, plan.ActionCreate, plan.KindMachine, m.Hostname,
-			"new "+string(pool.Role)+" booted from a volume of the boot image, its machine config as user data",
+			what+" booted from a volume of the boot image, its machine config as user data",
 			createServer{hostname: m.Hostname, role: m.Role(), pool: pool.Name, flavor: pool.Flavor, disk: pool.Disk},
 			plan.Attribute{Key: "pool", Value: pool.Name},
 			plan.Attribute{Key: "flavor", Value: pool.Flavor},
@@ -298,6 +308,11 @@ func (p *Provider) PlanReplace(hostname string, have reconcile.Inventory) ([]pla
 	after := *inv
 	after.servers = maps.Clone(inv.servers)
 	delete(after.servers, hostname)
+	after.replaced = maps.Clone(inv.replaced)
+	if after.replaced == nil {
+		after.replaced = map[string]bool{}
+	}
+	after.replaced[hostname] = true
 	return []plan.Change{{Phase: plan.PhaseScaleDown, Domain: plan.DomainProvider, Action: plan.ActionDelete,
 		Resource:   plan.Resource{Kind: plan.KindMachine, Name: hostname},
 		Reason:     "delete the server with its boot volume; its port stays for the new server",
@@ -333,6 +348,29 @@ func (op deleteServer) apply(ctx context.Context, p *Provider, _ *reconcile.Desi
 		return err
 	}
 	return p.deletePortID(ctx, op.hostname, port.ID)
+}
+
+// startServer starts a stopped server and waits until it runs.
+type startServer struct{ hostname, id string }
+
+func (op startServer) apply(ctx context.Context, p *Provider, _ *reconcile.Desired) error {
+	s, found, err := p.server(ctx, op.hostname)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !found || s.ID != op.id:
+		return fmt.Errorf("%w: server %s is no longer %s", reconcile.ErrPrecondition, op.hostname, op.id)
+	case s.Status == "ACTIVE":
+		return nil
+	case s.Status != "SHUTOFF":
+		return fmt.Errorf("%w: server %s is %s, not SHUTOFF", reconcile.ErrPrecondition, op.hostname, s.Status)
+	}
+	compute, _, _, _ := p.clients(ctx)
+	if err := within(ctx, func(ctx context.Context) error { return servers.Start(ctx, compute, op.id).ExtractErr() }); err != nil {
+		return fmt.Errorf("starting server %s (%s): %w", op.hostname, op.id, err)
+	}
+	return p.waitServer(ctx, op.id, op.hostname, "ACTIVE")
 }
 
 // PlanRestart (reconcile.Restarter) soft-reboots a running server.

@@ -80,6 +80,9 @@ type inventory struct {
 	// duplicates names owned resources that share a name (or, for a
 	// floating IP, a reserved port) with another.
 	duplicates []string
+	// replaced are the machines a remediation deletes before this plan's
+	// compute phase creates them again (PlanReplace).
+	replaced map[string]bool
 	// offline is set for the empty inventory of a plan that asked no one.
 	offline bool
 }

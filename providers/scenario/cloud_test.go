@@ -414,27 +414,13 @@ func (w *world) nova(t *testing.T) *gophercloud.ServiceClient {
 }
 
 // forEach runs scenario against every cloud, as the parallel subtests
-// "proxmox" and "openstack", but those of knownFailures.
+// "proxmox" and "openstack".
 func forEach(t *testing.T, scenario func(t *testing.T, c *cloud)) {
 	t.Helper()
 	for _, c := range clouds {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			if why, ok := knownFailures[t.Name()]; ok {
-				t.Skip(why)
-			}
 			scenario(t, c)
 		})
 	}
-}
-
-// knownFailures are the subtests that fail on a bug outside this package,
-// by name, with the failure and where the bug is.
-var knownFailures = map[string]string{
-	"TestScenarioRemediationReplacesAWorkerNotReadyTooLong/openstack": "the plan's compute-phase create of the replaced worker is not marked remediation " +
-		"(\"no new VM remedy-worker-02 marked remediation in the compute phase\"): providers/openstack/compute.go planCompute plans it as any new server, " +
-		"as PlanReplace's inventory does not say which machine it replaces (Proxmox marks it through its inventory's replaced set); the rest of the scenario passes",
-	"TestScenarioRemediationIsOffByDefault/openstack": "converge fails after the boot timeout (\"step 1 of 2 (bootstrap wait cluster remedyoff/addresses): waiting for machine addresses: " +
-		"still missing remedyoff-worker-02 (stopped): context deadline exceeded\"): providers/openstack/compute.go planCompute skips every server that exists, so a SHUTOFF server of a " +
-		"desired machine is never started (Proxmox plans \"~ machine: the VM is stopped: start it\"), and the address wait waits for a machine nothing starts",
 }

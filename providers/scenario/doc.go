@@ -14,17 +14,14 @@
 // latter followed by Neutron's network.port.delete of the machine's port
 // unless the machine is replaced).
 //
-// The scenarios whose rule is Proxmox's own stay in providers/proxmox: the token's privileges
-// (TestScenarioRestrictedTokenRefusesScaleDown), the config ISOs
+// The scenarios whose rule is Proxmox's own stay in providers/proxmox: the
+// token's privileges (TestScenarioRestrictedTokenRefusesScaleDown), the config ISOs
 // (TestScenarioOrphanedConfigISOIsDeleted), resizes that wait for a
 // restart (TestScenarioRebootAppliesPendingResizes) and a new kubeapi_vip
 // (TestScenarioNewEndpointIsWrittenOnceItAnswers; on OpenStack the
 // endpoint is the provider's port). TestRolloutPlanOrder checks the
 // refusal of a new endpoint together with restarts where cluster.yaml
 // names the endpoint (Proxmox).
-//
-// A subtest that fails on a bug outside this package is skipped with the
-// failure and where the bug is (knownFailures in cloud_test.go).
 //
 // The package has no non-test code: this file only documents it.
 package scenario
