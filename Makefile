@@ -4,7 +4,7 @@ STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN           := bin
 EXAMPLES      := $(sort $(wildcard examples/*))
 
-.PHONY: all build test race lint fmt demo bench fuzz clean image
+.PHONY: all build test race lint fmt demo bench go-bench fuzz clean image
 
 all: build
 
@@ -48,7 +48,13 @@ demo: build
 		$(BIN)/taloscluster plan --offline -C $$d | head -n 12 || exit 1; \
 	done
 
+# bench: every figure beside its floor (hack/benchtable), also written to
+# bench.json; docs/performance.md explains each. go-bench runs every Go
+# benchmark as it is.
 bench:
+	$(GO) run ./hack/benchtable -o bench.json
+
+go-bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 fuzz:

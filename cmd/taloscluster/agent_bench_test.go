@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io/fs"
 	"net"
@@ -68,29 +69,40 @@ type benchWorld struct {
 	repo    *forge.Repo
 	agent   *agent.Agent
 	gitWire *atomic.Int64
+	github  *statusCounter
 }
 
-// newBenchWorld builds a repository with clusters cluster directories and
-// prs open pull requests, and an agent that is up to date with all of it.
-func newBenchWorld(b *testing.B, clusters, prs int) *benchWorld {
-	b.Helper()
+// benchForge is a forge serving a repository of clusters cluster
+// directories (clusters/cNNNN) and prs open pull requests, each changing
+// one of them.
+type benchForge struct {
+	forge *forge.Forge
+	repo  *forge.Repo
+	url   string
+	ca    *labca.CA
+	dirs  []string
+	main  string
+}
+
+func newBenchForge(tb testing.TB, clusters, prs int) *benchForge {
+	tb.Helper()
 	ca, err := labca.New("bench CA")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	f, err := forge.New(forge.Options{Dir: b.TempDir(), RateLimit: 1 << 30, Users: []forge.User{{Login: "bot", Token: "ghp_benchbot0123456789"}, {Login: "alice", Token: "ghp_benchalice0123456789"}}})
+	f, err := forge.New(forge.Options{Dir: tb.TempDir(), RateLimit: 1 << 30, Users: []forge.User{{Login: "bot", Token: benchToken}, {Login: "alice", Token: "ghp_benchalice0123456789"}}})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	srv := httptest.NewUnstartedServer(f.Handler())
 	if srv.TLS, err = ca.ServerTLS("127.0.0.1"); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	srv.StartTLS()
-	b.Cleanup(srv.Close)
+	tb.Cleanup(srv.Close)
 	repo, err := f.CreateRepo("org", "clusters", "main")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	repo.Grant("bot", forge.PermissionWrite)
 	repo.Grant("alice", forge.PermissionWrite)
@@ -103,40 +115,61 @@ func newBenchWorld(b *testing.B, clusters, prs int) *benchWorld {
 	}
 	main, err := repo.Commit("main", files, "many clusters")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	for i := range prs {
 		branch := fmt.Sprintf("pr%d", i)
 		if _, err := repo.Commit(branch, map[string]string{dirs[i] + "/cluster.yaml": fmt.Sprintf("name: c%04d\n# change\n", i)}, "change"); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		if _, err := repo.OpenPR("alice", branch, "main", "change "+branch); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
+	return &benchForge{forge: f, repo: repo, url: srv.URL, ca: ca, dirs: dirs, main: main}
+}
 
+// benchToken is the agent's GitHub token in the benchmarks.
+const benchToken = "ghp_benchbot0123456789"
+
+// newBenchWorld builds a repository with clusters cluster directories and
+// prs open pull requests, and an agent that is up to date with all of it.
+func newBenchWorld(b *testing.B, clusters, prs int) *benchWorld {
+	b.Helper()
+	bf := newBenchForge(b, clusters, prs)
+	w := newBenchAgent(b, bf.url, bf.ca.Pool(), bf.dirs, bf.main, 0)
+	w.forge, w.repo = bf.forge, bf.repo
+	return w
+}
+
+// newBenchAgent starts an agent on the forge at url (its certificate
+// signed by a CA of roots), with every cluster of dirs converged at main,
+// and makes its first poll, which plans every open pull request; later
+// polls are idle. interval, when set, is its poll interval.
+func newBenchAgent(b *testing.B, url string, roots *x509.CertPool, dirs []string, main string, interval time.Duration) *benchWorld {
+	b.Helper()
 	dir := b.TempDir()
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("ghp_benchbot0123456789"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(benchToken), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	tlsCfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	wire := &atomic.Int64{}
-	tr := &http.Transport{TLSClientConfig: nil, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+	tr := &http.Transport{TLSClientConfig: tlsCfg, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
 		return countingConn{c, wire}, nil
 	}}
-	tr.TLSClientConfig = mustTLS(b, ca)
 	ctx := context.Background()
-	grepo, err := gitsync.Open(ctx, gitsync.Options{URL: srv.URL + "/org/clusters.git", Dir: filepath.Join(dir, "repo"),
+	grepo, err := gitsync.Open(ctx, gitsync.Options{URL: url + "/org/clusters.git", Dir: filepath.Join(dir, "repo"),
 		Auth: gitsync.Auth{TokenFile: tokenFile}, HTTPClient: &http.Client{Transport: tr}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	client, err := gh.New(gh.Options{APIURL: srv.URL + "/", Repo: "org/clusters", Token: "ghp_benchbot0123456789",
-		HTTPClient: &http.Client{Transport: &http.Transport{TLSClientConfig: mustTLS(b, ca)}}})
+	github := &statusCounter{base: &http.Transport{TLSClientConfig: tlsCfg}}
+	client, err := gh.New(gh.Options{APIURL: url + "/", Repo: "org/clusters", Token: benchToken, HTTPClient: &http.Client{Transport: github}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -146,17 +179,36 @@ func newBenchWorld(b *testing.B, clusters, prs int) *benchWorld {
 			b.Fatal(err)
 		}
 	}
-	cfg := &agent.Config{Repository: agent.Repository{URL: "x", DefaultBranch: "main"}, GitHub: agent.GitHub{Repo: "org/clusters", TokenFile: tokenFile},
-		SecretsDir: dir, DataDir: dir}
+	cfg := &agent.Config{Repository: agent.Repository{URL: "x", DefaultBranch: "main", PollInterval: agent.Duration(interval)},
+		GitHub: agent.GitHub{Repo: "org/clusters", TokenFile: tokenFile}, SecretsDir: dir, DataDir: dir}
 	cfg.Defaults()
 	a := agent.New(cfg, agent.Deps{Repo: grepo, Forge: client, Runner: emptyRunner{}, Progress: store, Log: nil})
 	b.Cleanup(a.Close)
-	// The first poll plans every open pull request; later ones are idle.
 	if err := a.Poll(ctx); err != nil {
 		b.Fatal(err)
 	}
 	a.Wait()
-	return &benchWorld{forge: f, repo: repo, agent: a, gitWire: wire}
+	return &benchWorld{agent: a, gitWire: wire, github: github}
+}
+
+// statusCounter counts GitHub's answers: 304 Not Modified to a
+// conditional request does not count against the rate limit; every other
+// answer does.
+type statusCounter struct {
+	base                 http.RoundTripper
+	notModified, charged atomic.Int64
+}
+
+func (s *statusCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.base.RoundTrip(r)
+	if err == nil {
+		if resp.StatusCode == http.StatusNotModified {
+			s.notModified.Add(1)
+		} else {
+			s.charged.Add(1)
+		}
+	}
+	return resp, err
 }
 
 func cpuTime() time.Duration {

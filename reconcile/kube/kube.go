@@ -33,6 +33,13 @@ const (
 	DrainTimeout = 330 * time.Second
 )
 
+// The client's request rate: kubectl's defaults (k8s.io/kubectl
+// pkg/cmd/util, 50 requests a second in bursts of 300).
+const (
+	ClientQPS   = 50
+	ClientBurst = 300
+)
+
 // Client talks to one cluster's Kubernetes API.
 type Client struct {
 	cs kubernetes.Interface
@@ -55,6 +62,11 @@ func NewAt(kubeconfig []byte, server string) (*Client, error) {
 		cfg.Host = server
 	}
 	cfg.Timeout = CallTimeout
+	// client-go's own default (5 requests a second, bursts of 10) would
+	// hold every gate, cordon and drain of a rollout for 200 ms a request
+	// once the waits used up the burst; kubectl's defaults are taken
+	// instead.
+	cfg.QPS, cfg.Burst = ClientQPS, ClientBurst
 	// The client certificate or token goes with every request: a redirect
 	// is never followed.
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return noredirect.Transport(rt) }
