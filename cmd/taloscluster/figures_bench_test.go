@@ -347,4 +347,3 @@ func waitUntil(b *testing.B, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
