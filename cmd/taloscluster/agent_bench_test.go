@@ -64,9 +64,9 @@ func (c countingConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// benchWorld is an agent of the benchmarks with the counters of its
+// traffic.
 type benchWorld struct {
-	forge   *forge.Forge
-	repo    *forge.Repo
 	agent   *agent.Agent
 	gitWire *atomic.Int64
 	github  *statusCounter
@@ -131,16 +131,6 @@ func newBenchForge(tb testing.TB, clusters, prs int) *benchForge {
 
 // benchToken is the agent's GitHub token in the benchmarks.
 const benchToken = "ghp_benchbot0123456789"
-
-// newBenchWorld builds a repository with clusters cluster directories and
-// prs open pull requests, and an agent that is up to date with all of it.
-func newBenchWorld(b *testing.B, clusters, prs int) *benchWorld {
-	b.Helper()
-	bf := newBenchForge(b, clusters, prs)
-	w := newBenchAgent(b, bf.url, bf.ca.Pool(), bf.dirs, bf.main, 0)
-	w.forge, w.repo = bf.forge, bf.repo
-	return w
-}
 
 // newBenchAgent starts an agent on the forge at url (its certificate
 // signed by a CA of roots), with every cluster of dirs converged at main,
@@ -215,58 +205,4 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// BenchmarkIdlePoll measures one poll with nothing new, on a repository of
-// 1,000 cluster directories and 50 open pull requests: time, CPU, bytes
-// of git traffic and GitHub requests per poll.
-func BenchmarkIdlePoll(b *testing.B) {
-	w := newBenchWorld(b, 1000, 50)
-	ctx := context.Background()
-	requests := len(w.forge.Log())
-	w.gitWire.Store(0)
-	cpu := cpuTime()
-	b.ResetTimer()
-	for b.Loop() {
-		if err := w.agent.Poll(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N)/1e6, "cpu-ms/poll")
-	b.ReportMetric(float64(w.gitWire.Load())/float64(b.N), "git-bytes/poll")
-	b.ReportMetric(float64(len(w.forge.Log())-requests)/float64(b.N), "github-requests/poll")
-}
-
-// BenchmarkPushToPlanComment measures the time from a push to a pull
-// request's head until its plan comment is there, with the poll made at
-// once (the poll interval adds to it in production).
-func BenchmarkPushToPlanComment(b *testing.B) {
-	w := newBenchWorld(b, 100, 1)
-	ctx := context.Background()
-	pr := w.repo.PRs()[0]
-	for i := 0; b.Loop(); i++ {
-		before := w.repo.Comments(pr.Number)
-		prev := ""
-		if len(before) > 0 {
-			prev = before[0].Body
-		}
-		if _, err := w.repo.Commit(pr.HeadRef, map[string]string{"clusters/c0000/notes.txt": fmt.Sprint(i)}, "push"); err != nil {
-			b.Fatal(err)
-		}
-		for {
-			if err := w.agent.Poll(ctx); err != nil {
-				b.Fatal(err)
-			}
-			w.agent.Wait()
-			if cs := w.repo.Comments(pr.Number); len(cs) == 1 && cs[0].Body != prev {
-				break
-			}
-		}
-	}
-}
-
-func mustTLS(b *testing.B, ca *labca.CA) *tls.Config {
-	b.Helper()
-	return &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
 }

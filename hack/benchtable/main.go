@@ -109,7 +109,7 @@ func parse(r io.Reader) ([]Figure, error) {
 			continue
 		}
 		base, parts := res.Name.Parts()
-		name := strings.TrimPrefix(string(base), "Benchmark")
+		name := strings.TrimPrefix(strings.TrimPrefix(string(base), "Benchmark"), "Figure")
 		for _, p := range parts {
 			if !strings.HasPrefix(string(p), "-") { // not GOMAXPROCS
 				name += string(p)
@@ -195,7 +195,7 @@ func median(xs []float64) float64 {
 // print writes the table.
 func print(w io.Writer, figures []Figure) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "figure\tvalue\tunit\tfloor\tratio\ttarget\t\truns\t")
+	fmt.Fprintln(tw, "figure\tvalue\tunit\tfloor\tratio\ttarget\tverdict\truns\t")
 	for _, f := range figures {
 		floor, ratio, target, verdict := "-", "-", "-", ""
 		if f.Floor != nil {
