@@ -1,0 +1,50 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParsePairsFiguresWithFloorsAndTargets(t *testing.T) {
+	t.Parallel()
+	out := `goos: linux
+pkg: example
+BenchmarkFigureIdlePoll-2   	1	100 ns/op	3 runs	4 cpu-ms/poll	40 cpu-ms/poll-floor	20 cpu-ms/poll-target	1 conditional-req/poll
+BenchmarkFigureIdlePoll-2   	1	100 ns/op	3 runs	6 cpu-ms/poll	44 cpu-ms/poll-floor	22 cpu-ms/poll-target	1 conditional-req/poll
+BenchmarkFigureIdlePoll-2   	1	100 ns/op	3 runs	5 cpu-ms/poll	42 cpu-ms/poll-floor	21 cpu-ms/poll-target	1 conditional-req/poll
+BenchmarkFigureRollout/max_unavailable=1-2 	1	100 ns/op	15 wall-s/upgrade	6 wall-s/upgrade-floor	7.2 wall-s/upgrade-target
+PASS
+`
+	figs, err := parse(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(figs) != 3 {
+		t.Fatalf("%d figures: %+v", len(figs), figs)
+	}
+	cpu := figs[0]
+	if cpu.Name != "IdlePoll cpu" || cpu.Unit != "ms/poll" || cpu.Value != 5 || *cpu.Floor != 42 || *cpu.Target != 21 || !*cpu.OK || cpu.Runs != 9 {
+		t.Errorf("cpu figure %+v (floor %v, target %v)", cpu, *cpu.Floor, *cpu.Target)
+	}
+	if r := *cpu.Ratio; r < 0.119 || r > 0.120 {
+		t.Errorf("cpu ratio %v, want 5/42", r)
+	}
+	if c := figs[1]; c.Name != "IdlePoll conditional" || c.Floor != nil || c.Ratio != nil || c.Target != nil {
+		t.Errorf("a figure without a floor: %+v", c)
+	}
+	roll := figs[2]
+	if roll.Name != "Rollout/max_unavailable=1 wall" || roll.Runs != 1 || *roll.OK {
+		t.Errorf("rollout figure %+v: want its name with the case, one run, the target missed", roll)
+	}
+}
+
+func TestZeroFloorHasNoRatio(t *testing.T) {
+	t.Parallel()
+	figs, err := parse(strings.NewReader("BenchmarkFigureX-2 1 1 ns/op 0 charged-req/poll 0 charged-req/poll-floor 0 charged-req/poll-target\n"))
+	if err != nil || len(figs) != 1 {
+		t.Fatalf("%v %+v", err, figs)
+	}
+	if f := figs[0]; f.Ratio != nil || !*f.OK {
+		t.Errorf("%+v: want no ratio and the target met", f)
+	}
+}
