@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,8 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -60,37 +63,55 @@ func TestBenchForgeProcess(t *testing.T) {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
-// startForgeProcess runs TestBenchForgeProcess in a child process and
-// returns what it serves; the process ends with the benchmark.
+// startForgeProcess runs TestBenchForgeProcess in a child process, once
+// for all the benchmarks of the test binary, and returns what it serves.
+// The process ends with the test binary: its standard input closes then.
 func startForgeProcess(b *testing.B) (forgeReady, string) {
 	b.Helper()
-	dir := b.TempDir()
+	forgeOnce.Do(func() { forgeProc, forgeCA, forgeErr = runForgeProcess() })
+	if forgeErr != nil {
+		b.Fatal(forgeErr)
+	}
+	return forgeProc, forgeCA
+}
+
+var (
+	forgeOnce sync.Once
+	forgeProc forgeReady
+	forgeCA   string
+	forgeErr  error
+	// forgeStdin is the forge process's standard input.
+	forgeStdin io.WriteCloser
+)
+
+func runForgeProcess() (forgeReady, string, error) {
+	dir, err := os.MkdirTemp("", "taloscluster-bench-forge")
+	if err != nil {
+		return forgeReady{}, "", err
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchForgeProcess$", "-test.count=1", "-test.timeout=1h")
 	cmd.Env = append(os.Environ(), benchForgeEnv+"="+dir)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
+	// Kept open (and referenced, so that no finalizer closes it) for the
+	// life of the test binary; the child stops at EOF.
+	if forgeStdin, err = cmd.StdinPipe(); err != nil {
+		return forgeReady{}, "", err
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
+		return forgeReady{}, "", err
 	}
-	b.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-	})
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		data, err := os.ReadFile(filepath.Join(dir, "ready.json"))
 		if err == nil {
 			var r forgeReady
 			if err := json.Unmarshal(data, &r); err != nil {
-				b.Fatal(err)
+				return forgeReady{}, "", err
 			}
-			return r, filepath.Join(dir, "ca.pem")
+			return r, filepath.Join(dir, "ca.pem"), nil
 		}
 		if time.Now().After(deadline) {
-			b.Fatal("the forge process did not get ready")
+			return forgeReady{}, "", errors.New("the forge process did not get ready")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -231,6 +252,67 @@ func refAdvertisement(b *testing.B, url string, roots *x509.CertPool) int64 {
 	wire.Store(0)
 	get()
 	return wire.Load()
+}
+
+// memoryPolls is how many polls BenchmarkFigureAgentMemory makes: 30
+// minutes of polling at a 1 s interval, without the waits.
+const memoryPolls = 1800
+
+// BenchmarkFigureAgentMemory: the agent's resident memory on a repository
+// of 1,000 cluster directories and 50 open pull requests over 1,800 polls
+// (30 minutes at a 1 s interval, made back to back), the forge in a
+// process of its own.
+//   - rss: the process's resident set over the last tenth of the polls,
+//     against the same process before the agent existed (the test
+//     binary's own); target 150 MB.
+//   - growth: the resident set over the last tenth less that over the
+//     first tenth; floor zero, target 5 MB (the runtime's own noise).
+func BenchmarkFigureAgentMemory(b *testing.B) {
+	ready, caFile := startForgeProcess(b)
+	runtime.GC()
+	base := rssMB(b)
+	w := newBenchAgent(b, ready.URL, pool(b, caFile), ready.Dirs, ready.Main, 0)
+	ctx := context.Background()
+	for b.Loop() {
+		var samples []float64
+		for i := range memoryPolls {
+			if err := w.agent.Poll(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if i%30 == 29 {
+				samples = append(samples, rssMB(b))
+			}
+		}
+		tenth := max(len(samples)/10, 1)
+		first, last := median(samples[:tenth]), median(samples[len(samples)-tenth:])
+		b.ReportMetric(float64(len(samples)), "runs")
+		b.ReportMetric(last, "rss-MB")
+		b.ReportMetric(base, "rss-MB-floor")
+		b.ReportMetric(150, "rss-MB-target")
+		b.ReportMetric(last-first, "growth-MB")
+		b.ReportMetric(0, "growth-MB-floor")
+		b.ReportMetric(5, "growth-MB-target")
+	}
+}
+
+// rssMB is the process's resident set (VmRSS) in MB.
+func rssMB(b *testing.B) float64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb float64
+			if _, err := fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), &kb); err != nil {
+				b.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
 }
 
 // latencyEvents is how many pushes or merges a latency figure measures.
