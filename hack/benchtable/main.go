@@ -122,9 +122,11 @@ func parse(r io.Reader) ([]Figure, error) {
 			}
 		}
 		for _, v := range res.Values {
-			unit, kind := v.OrigUnit, "value"
+			// benchfmt scales some units (MB to bytes); a figure keeps
+			// the unit and value its benchmark reported.
+			unit, value, kind := v.OrigUnit, v.OrigValue, "value"
 			if unit == "" {
-				unit = v.Unit
+				unit, value = v.Unit, v.Value
 			}
 			for _, suffix := range []string{"-floor", "-target"} {
 				if u, ok := strings.CutSuffix(unit, suffix); ok {
@@ -145,11 +147,11 @@ func parse(r io.Reader) ([]Figure, error) {
 			}
 			switch kind {
 			case "-floor":
-				s.floors = append(s.floors, v.Value)
+				s.floors = append(s.floors, value)
 			case "-target":
-				s.targets = append(s.targets, v.Value)
+				s.targets = append(s.targets, value)
 			default:
-				s.values = append(s.values, v.Value)
+				s.values = append(s.values, value)
 				s.runs += runs
 			}
 		}

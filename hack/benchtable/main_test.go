@@ -48,3 +48,14 @@ func TestZeroFloorHasNoRatio(t *testing.T) {
 		t.Errorf("%+v: want no ratio and the target met", f)
 	}
 }
+
+func TestUnitsKeepTheirScale(t *testing.T) {
+	t.Parallel()
+	figs, err := parse(strings.NewReader("BenchmarkFigureAgentMemory-2 1 1 ns/op 60 runs 88.5 rss-MB 67.7 rss-MB-floor 150 rss-MB-target\n"))
+	if err != nil || len(figs) != 1 {
+		t.Fatalf("%v %+v", err, figs)
+	}
+	if f := figs[0]; f.Unit != "MB" || f.Value != 88.5 || *f.Floor != 67.7 || *f.Target != 150 || f.Runs != 60 {
+		t.Errorf("%+v: want the values in MB as reported", f)
+	}
+}
