@@ -399,8 +399,8 @@ func cidataISO(hostname string, userData []byte) ([]byte, error) {
 }
 
 // bootstrap waits for every node to be up with its config, bootstraps
-// etcd on control plane 01, and waits for every Kubernetes node to be
-// Ready.
+// etcd on control plane 01, and waits for every control plane to be an
+// etcd voter and every Kubernetes node to be Ready.
 func (b *legacyBuild) bootstrap(ctx context.Context) error {
 	for _, m := range b.machines {
 		m := m
@@ -427,6 +427,28 @@ func (b *legacyBuild) bootstrap(ctx context.Context) error {
 			return nil
 		}
 		return err
+	}); err != nil {
+		return err
+	}
+	// talosctl health, the Python tool's last wait, also needs every
+	// control plane an etcd voter: a member joins as a learner first.
+	cps := 0
+	for _, m := range b.machines {
+		if m.role == "controlplane" {
+			cps++
+		}
+	}
+	if err := waitFor(ctx, "every control plane an etcd voter", func() error {
+		voters := 0
+		for _, m := range b.l.Talos.EtcdMembers(b.c.Name) {
+			if !m.Learner && m.Started {
+				voters++
+			}
+		}
+		if voters < cps {
+			return fmt.Errorf("%d of %d etcd voters", voters, cps)
+		}
+		return nil
 	}); err != nil {
 		return err
 	}

@@ -12,10 +12,6 @@ import (
 	"time"
 
 	"github.com/taloscluster/taloscluster/lab"
-	"github.com/taloscluster/taloscluster/providers/proxmox"
-	"github.com/taloscluster/taloscluster/reconcile"
-	"github.com/taloscluster/taloscluster/reconcile/spec"
-	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
 // costSources are the APIs whose requests a converge's cost counts.
@@ -62,31 +58,11 @@ func requests(l *lab.Lab, mark time.Time) (all, writes map[string]int) {
 func BenchmarkFigureConvergeCost(b *testing.B) {
 	const workers = 20
 	ctx := context.Background()
-	l, err := lab.Start(ctx, lab.Options{
+	l, dir, engine := benchCluster(b, lab.Options{
 		Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix("127.170.0.0/24")},
 		TaskDuration: -1, BootDelay: 50 * time.Millisecond, InstallDelay: 50 * time.Millisecond,
 		RebootDelay: 50 * time.Millisecond, ReadyDelay: 100 * time.Millisecond, StatsInterval: -1,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	dir := b.TempDir()
-	if err := l.WriteCluster(dir, lab.Cluster{Name: "cost", Workers: workers, Bridge: "vmbr0"}); err != nil {
-		b.Fatal(err)
-	}
-	engine := func() *reconcile.Engine {
-		c, warns, err := spec.Load(dir, spec.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		p, err := proxmox.New(c, os.DirFS(dir), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &reconcile.Engine{Cluster: c, Warnings: warns, State: state.Local{Dir: dir}, Journal: state.Local{Dir: dir},
-			Key: "cost", Infra: p, BootTimeout: 2 * time.Minute, PollInterval: 50 * time.Millisecond}
-	}
+	}, "cost", workers)
 	if err := engine().Converge(ctx); err != nil {
 		b.Fatalf("first build: %v", err)
 	}

@@ -28,19 +28,11 @@ import (
 func BenchmarkFigureRollout(b *testing.B) {
 	const workers = 20
 	ctx := context.Background()
-	l, err := lab.Start(ctx, lab.Options{
+	l, dir, engine := benchCluster(b, lab.Options{
 		Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix("127.171.0.0/24")},
 		TaskDuration: -1, BootDelay: 100 * time.Millisecond, InstallDelay: 100 * time.Millisecond,
 		RebootDelay: 300 * time.Millisecond, ReadyDelay: 200 * time.Millisecond,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	dir := b.TempDir()
-	if err := l.WriteCluster(dir, lab.Cluster{Name: "bench", Workers: workers, Bridge: "vmbr0"}); err != nil {
-		b.Fatal(err)
-	}
+	}, "bench", workers)
 	path := filepath.Join(dir, "cluster.yaml")
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -54,18 +46,6 @@ func BenchmarkFigureRollout(b *testing.B) {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			b.Fatal(err)
 		}
-	}
-	engine := func() *reconcile.Engine {
-		c, warns, err := spec.Load(dir, spec.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		p, err := proxmox.New(c, os.DirFS(dir), nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return &reconcile.Engine{Cluster: c, Warnings: warns, State: state.Local{Dir: dir}, Journal: state.Local{Dir: dir},
-			Key: "bench", Infra: p, BootTimeout: 2 * time.Minute, PollInterval: 50 * time.Millisecond}
 	}
 	write("", 1)
 	if err := engine().Converge(ctx); err != nil {
@@ -128,4 +108,34 @@ func downtimes(log []lab.LogEntry, mark time.Time) map[string]time.Duration {
 		}
 	}
 	return out
+}
+
+// benchCluster starts a lab with o, writes a cluster name of 3 control
+// planes and workers workers on its vmbr0 into a directory, and returns
+// the lab, the directory and a maker of engines for it. The lab closes
+// with the benchmark.
+func benchCluster(b *testing.B, o lab.Options, name string, workers int) (*lab.Lab, string, func() *reconcile.Engine) {
+	b.Helper()
+	l, err := lab.Start(context.Background(), o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(l.Close)
+	dir := b.TempDir()
+	if err := l.WriteCluster(dir, lab.Cluster{Name: name, Workers: workers, Bridge: "vmbr0"}); err != nil {
+		b.Fatal(err)
+	}
+	engine := func() *reconcile.Engine {
+		c, warns, err := spec.Load(dir, spec.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		p, err := proxmox.New(c, os.DirFS(dir), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return &reconcile.Engine{Cluster: c, Warnings: warns, State: state.Local{Dir: dir}, Journal: state.Local{Dir: dir},
+			Key: name, Infra: p, BootTimeout: 2 * time.Minute, PollInterval: 50 * time.Millisecond}
+	}
+	return l, dir, engine
 }
