@@ -364,15 +364,38 @@ func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
 	defer cancel()
 	cps := controlPlanes(r.want)
 	started, lastReport := time.Now(), time.Now()
-	var missing []string
+	var missing, missingNames []string
+	// found holds the machines that reported an address: after the first
+	// read, only the others are read again when the provider can read
+	// machines by name.
+	found := map[string]Machine{}
+	reader, narrow := e.Infra.(MachineReader)
 	for {
-		inv, err := e.Infra.Observe(ctx)
-		missing = missing[:0]
+		var seen []Machine
+		var err error
+		if narrow && len(found) > 0 {
+			seen, err = reader.ReadMachines(ctx, missingNames)
+		} else {
+			var inv Inventory
+			if inv, err = e.Infra.Observe(ctx); err == nil {
+				seen = inv.Machines()
+			}
+		}
+		missing, missingNames = missing[:0], missingNames[:0]
 		var addrs []string
 		all := map[string]string{}
 		if err == nil {
+			for _, m := range seen {
+				if _, done := found[m.Hostname]; !done && len(m.Addresses) > 0 && m.Running {
+					found[m.Hostname] = m
+				}
+			}
 			for _, m := range r.want.Machines {
-				have, ok := machineNamed(inv, m.Hostname)
+				have, ok := found[m.Hostname]
+				if !ok {
+					have, ok = machineIn(seen, m.Hostname)
+					missingNames = append(missingNames, m.Hostname)
+				}
 				switch {
 				case !ok:
 					missing = append(missing, m.Hostname+" (no such VM)")

@@ -80,6 +80,16 @@ type Desired struct {
 	Restart bool
 }
 
+// machineIn returns the machine of ms with the given hostname.
+func machineIn(ms []Machine, hostname string) (Machine, bool) {
+	for _, m := range ms {
+		if m.Hostname == hostname {
+			return m, true
+		}
+	}
+	return Machine{}, false
+}
+
 // machine returns the observed machine with the given hostname.
 func machineNamed(inv Inventory, hostname string) (Machine, bool) {
 	for _, m := range inv.Machines() {
@@ -88,6 +98,14 @@ func machineNamed(inv Inventory, hostname string) (Machine, bool) {
 		}
 	}
 	return Machine{}, false
+}
+
+// MachineReader is an optional capability of an Infra: the named machines
+// as the provider reports them now, read without the rest of the
+// inventory, so that a wait that polls a few machines does not read every
+// machine each time. A name it does not find is absent from the result.
+type MachineReader interface {
+	ReadMachines(ctx context.Context, hostnames []string) ([]Machine, error)
 }
 
 // Warner is an optional capability of an Infra: warnings about what it

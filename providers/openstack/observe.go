@@ -54,6 +54,30 @@ func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
 	return inv, nil
 }
 
+// ReadMachines (reconcile.MachineReader) reads the cluster's servers and
+// ports only (two lists, whatever the number of machines) and returns the
+// named machines.
+func (p *Provider) ReadMachines(ctx context.Context, hostnames []string) ([]reconcile.Machine, error) {
+	compute, network, _, err := p.clients(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inv := &inventory{ports: map[string]ports.Port{}, servers: map[string]servers.Server{}}
+	if err := within(ctx, func(ctx context.Context) error { return p.readServers(ctx, compute, inv) }); err != nil {
+		return nil, fmt.Errorf("reading the servers: %w", p.clean(err))
+	}
+	if err := within(ctx, func(ctx context.Context) error { return p.readPorts(ctx, network, inv) }); err != nil {
+		return nil, fmt.Errorf("reading the cluster's ports: %w", p.clean(err))
+	}
+	var out []reconcile.Machine
+	for _, m := range inv.Machines() {
+		if slices.Contains(hostnames, m.Hostname) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 // all reads every page of a list.
 func all[T any](ctx context.Context, pager pagination.Pager, extract func(pagination.Page) ([]T, error)) ([]T, error) {
 	page, err := pager.AllPages(ctx)

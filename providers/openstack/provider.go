@@ -64,12 +64,13 @@ type Provider struct {
 }
 
 var (
-	_ reconcile.Infra      = (*Provider)(nil)
-	_ reconcile.Endpointer = (*Provider)(nil)
-	_ reconcile.Remover    = (*Provider)(nil)
-	_ reconcile.Restarter  = (*Provider)(nil)
-	_ reconcile.Replacer   = (*Provider)(nil)
-	_ reconcile.Warner     = (*Provider)(nil)
+	_ reconcile.Infra         = (*Provider)(nil)
+	_ reconcile.Endpointer    = (*Provider)(nil)
+	_ reconcile.Remover       = (*Provider)(nil)
+	_ reconcile.Restarter     = (*Provider)(nil)
+	_ reconcile.Replacer      = (*Provider)(nil)
+	_ reconcile.MachineReader = (*Provider)(nil)
+	_ reconcile.Warner        = (*Provider)(nil)
 )
 
 // Option configures a Provider.

@@ -59,7 +59,7 @@ func BenchmarkFigureConvergeCost(b *testing.B) {
 	const workers = 20
 	ctx := context.Background()
 	l, dir, engine := benchCluster(b, lab.Options{
-		Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix("127.170.0.0/24")},
+		Bridges:      map[string]netip.Prefix{"vmbr0": netip.MustParsePrefix("127.183.0.0/24")},
 		TaskDuration: -1, BootDelay: 50 * time.Millisecond, InstallDelay: 50 * time.Millisecond,
 		RebootDelay: 50 * time.Millisecond, ReadyDelay: 100 * time.Millisecond, StatsInterval: -1,
 	}, "cost", workers)

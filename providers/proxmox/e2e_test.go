@@ -24,17 +24,18 @@ import (
 )
 
 // worldNets are the second octets of the /24s this package's lab worlds
-// use, one each: 127.176 to 127.183, 127.221 to 127.230 (but 223, 227 and
+// use, one each: 127.176 to 127.182, 127.221 to 127.230 (but 223, 227 and
 // 229), 127.246 to 127.248 and 127.1 to 127.20. They are clear of the
 // networks other packages' tests use, as packages' tests run at the same
 // time: the lab's (up to 127.100), providers/scenario's (127.101 to
 // 127.119, 127.167 to 127.169, 127.233 to 127.235 and 127.239),
 // cmd/taloscluster's fault matrix (127.120 to 127.166), providers/openstack's
-// (127.172 to 127.175 and 127.184 to 127.199), cmd/taloslab's (127.200 to
+// (127.172 to 127.175 and 127.184 to 127.199), the benchmarks' (127.171 and
+// 127.183), cmd/taloscluster's browser test (127.170), cmd/taloslab's (127.200 to
 // 127.218 and 127.249/250/255) and the lab's defaults (127.251 to 127.254).
 var worldNets = func() []int {
 	var out []int
-	for n := 176; n <= 183; n++ {
+	for n := 176; n <= 182; n++ {
 		out = append(out, n)
 	}
 	out = append(out, 221, 222, 224, 225, 226, 228, 230, 246, 247, 248)

@@ -41,7 +41,10 @@ type Provider struct {
 	created map[string]int
 }
 
-var _ reconcile.Infra = (*Provider)(nil)
+var (
+	_ reconcile.Infra         = (*Provider)(nil)
+	_ reconcile.MachineReader = (*Provider)(nil)
+)
 
 // New connects to the Proxmox API of cluster c. files is the cluster
 // directory (on disk or in a commit's tree): a relative tls_verify CA path
@@ -275,7 +278,7 @@ func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
 	if pool, ok := pools.AsMap()[proxmox.PoolName(p.poolName())]; ok {
 		inv.poolExists, inv.poolComment = true, pool.GetComment()
 	}
-	if err := p.observeVMs(ctx, inv); err != nil {
+	if err := p.observeVMs(ctx, inv, nil); err != nil {
 		return nil, err
 	}
 	if err := p.observeISOs(ctx, inv); err != nil {
@@ -284,7 +287,24 @@ func (p *Provider) Observe(ctx context.Context) (reconcile.Inventory, error) {
 	return inv, nil
 }
 
-func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
+// ReadMachines (reconcile.MachineReader) reads the named machines only:
+// the VM list, then each of those VMs, as Observe reads them.
+func (p *Provider) ReadMachines(ctx context.Context, hostnames []string) ([]reconcile.Machine, error) {
+	if p.api == nil {
+		return nil, fmt.Errorf("proxmox: an offline provider observes nothing")
+	}
+	ctx, cancel := p.callCtx(ctx)
+	defer cancel()
+	inv := newInventory(false)
+	if err := p.observeVMs(ctx, inv, hostnames); err != nil {
+		return nil, err
+	}
+	return inv.Machines(), nil
+}
+
+// observeVMs reads the cluster's VMs into inv: every one, or those named
+// in only when it is not nil.
+func (p *Provider) observeVMs(ctx context.Context, inv *inventory, only []string) error {
 	list, err := p.api.GetResourceList(ctx, "vm")
 	if err != nil {
 		return fmt.Errorf("listing Proxmox VMs: %w", err)
@@ -319,6 +339,9 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory) error {
 			if desired[name] {
 				inv.foreign[name] = foreignVM{id: id, node: node}
 			}
+			continue
+		}
+		if only != nil && !slices.Contains(only, name) {
 			continue
 		}
 		v := &vm{id: id, node: node, name: name, tags: tags}
