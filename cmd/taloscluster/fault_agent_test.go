@@ -498,8 +498,10 @@ func runAgentCell(t *testing.T, c faultCell) {
 	if af.met != nil {
 		// The fault's mark can come after demo's final status: a hung
 		// comment post gives up on its own deadline, while the statuses
-		// queued behind it may already be delivered.
-		deadline := time.Now().Add(60 * time.Second)
+		// queued behind it may already be delivered. Under load the post
+		// itself can come late: the wait is generous, as only a failure
+		// waits it out.
+		deadline := time.Now().Add(3 * time.Minute)
 		for !af.met(w, mergeA) {
 			if time.Now().After(deadline) {
 				t.Fatalf("the fault never fired (%s)", c.fault)
