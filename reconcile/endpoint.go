@@ -126,19 +126,19 @@ type makeConfigs struct{}
 func planConfigs(p *plan.Plan, want *Desired, obs *Observation) {
 	ms := obs.Inventory.Machines()
 	switch {
-	case want.API.Known && want.API.PublicPending && len(ms) > 0:
-		p.Warn(fmt.Sprintf("the public address of the Kubernetes API (%s's floating IP) is gone: the network phase makes a new one; the next converge puts it in the certificates and in %s", want.Cluster.Name+"-kubeapi", KubeconfigFile))
-		return
 	case want.API.Known && !want.API.PublicPending:
 		return
-	case want.API.Known:
-		// No machine yet: the configs wait for the public address, so
-		// that the certificates name it.
-	case len(ms) > 0:
+	case !want.API.Known && len(ms) > 0:
 		p.Refuse(plan.Resource{Kind: plan.KindVIP, Name: want.Cluster.Name + "-kubeapi"},
 			fmt.Sprintf("%d machines of the cluster exist (e.g. %s) but the provider reports no address for the Kubernetes API: their configs name an endpoint that a newly allocated address would not be; restore the API's reserved port, or destroy the cluster", len(ms), ms[0].Hostname))
 		return
+	case len(ms) > 0:
+		// The public address is gone from a running cluster.
+		p.Warn(fmt.Sprintf("the public address of the Kubernetes API (%s's floating IP) is gone: the network phase makes a new one; the next converge puts it in the certificates and in %s", want.Cluster.Name+"-kubeapi", KubeconfigFile))
+		return
 	}
+	// No machine yet: the configs wait for the endpoint, and for the
+	// public address in front of it so that the certificates name it.
 	p.Add(plan.Change{Phase: plan.PhaseDiscover, Domain: plan.DomainState, Action: plan.ActionCreate,
 		Resource:   plan.Resource{Kind: plan.KindMachineConfigs, Name: want.Cluster.Name},
 		Reason:     "the machine configs of the new machines, made from the API endpoint the network phase allocates (kept in memory, delivered as user data)",

@@ -381,10 +381,12 @@ func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
 				seen = inv.Machines()
 			}
 		}
-		missing, missingNames = missing[:0], missingNames[:0]
+		missing = missing[:0]
 		var addrs []string
 		all := map[string]string{}
 		if err == nil {
+			// After a failed read the same machines are asked for again.
+			missingNames = missingNames[:0]
 			for _, m := range seen {
 				if _, done := found[m.Hostname]; !done && len(m.Addresses) > 0 && m.Running {
 					found[m.Hostname] = m

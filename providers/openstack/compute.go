@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
+	"github.com/gophercloud/gophercloud/v2/openstack/image/v2/images"
 
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
@@ -188,7 +189,7 @@ func (op createServer) apply(ctx context.Context, p *Provider, want *reconcile.D
 	if err := within(ctx, func(ctx context.Context) error { return p.readCompute(ctx, compute, inv) }); err != nil {
 		return fmt.Errorf("reading the flavors: %w", err)
 	}
-	if inv.image == nil || inv.image.Status != "active" {
+	if inv.image == nil || inv.image.Status != images.ImageStatusActive {
 		return fmt.Errorf("%w: the boot image is not active in Glance", reconcile.ErrPrecondition)
 	}
 	flavorID, ok := inv.flavors[op.flavor]
@@ -217,6 +218,7 @@ func (op createServer) apply(ctx context.Context, p *Provider, want *reconcile.D
 	if err != nil {
 		return fmt.Errorf("creating server %s: %w", op.hostname, err)
 	}
+	p.log.Info("created server", "cluster", p.c.Name, "server", op.hostname, "id", created.ID)
 	return p.waitServer(ctx, created.ID, op.hostname, "ACTIVE")
 }
 
@@ -331,6 +333,7 @@ func (op deleteServer) apply(ctx context.Context, p *Provider, _ *reconcile.Desi
 	}
 	if found {
 		compute, _, _, _ := p.clients(ctx)
+		p.log.Info("deleting server", "cluster", p.c.Name, "server", op.hostname, "id", op.id)
 		if err := ignoreGone(ctx, "server "+op.hostname+" ("+op.id+")", func(ctx context.Context) error {
 			return servers.Delete(ctx, compute, op.id).ExtractErr()
 		}); err != nil {
@@ -402,10 +405,10 @@ func (op rebootServer) apply(ctx context.Context, p *Provider, _ *reconcile.Desi
 		return fmt.Errorf("%w: server %s is no longer %s and ACTIVE", reconcile.ErrPrecondition, op.hostname, op.id)
 	}
 	compute, _, _, _ := p.clients(ctx)
-	_, err = call(ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, servers.Reboot(ctx, compute, op.id, servers.RebootOpts{Type: servers.SoftReboot}).ExtractErr()
-	})
-	if err != nil {
+	p.log.Info("rebooting server", "cluster", p.c.Name, "server", op.hostname, "id", op.id)
+	if err := within(ctx, func(ctx context.Context) error {
+		return servers.Reboot(ctx, compute, op.id, servers.RebootOpts{Type: servers.SoftReboot}).ExtractErr()
+	}); err != nil {
 		return fmt.Errorf("rebooting server %s (%s): %w", op.hostname, op.id, err)
 	}
 	return p.waitServer(ctx, op.id, op.hostname, "ACTIVE")

@@ -68,8 +68,7 @@ type (
 
 // ignoreGone runs a delete and takes "not found" for done.
 func ignoreGone(ctx context.Context, what string, del func(ctx context.Context) error) error {
-	_, err := call(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, del(ctx) })
-	if err != nil && !notFound(err) {
+	if err := within(ctx, del); err != nil && !notFound(err) {
 		return fmt.Errorf("deleting %s: %w", what, err)
 	}
 	return nil
