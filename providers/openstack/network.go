@@ -34,10 +34,7 @@ func (p *Provider) planNetwork(want *reconcile.Desired, inv *inventory) ([]plan.
 	if inv.network == nil {
 		add(plan.ActionCreate, plan.KindNetwork, p.netName(), "cluster network", createNetwork{})
 	}
-	dns := make([]string, len(c.Network.DNS))
-	for i, d := range c.Network.DNS {
-		dns[i] = d.String()
-	}
+	dns := p.nameServers()
 	switch {
 	case inv.subnet == nil:
 		add(plan.ActionCreate, plan.KindSubnet, p.subnetName(), "cluster subnet with DHCP", createSubnet{},
@@ -115,6 +112,15 @@ func pairText(port, addr string) string {
 		return port + " " + addr
 	}
 	return port + " (" + addr + ")"
+}
+
+// nameServers are network.dns as the subnet's DHCP name servers.
+func (p *Provider) nameServers() []string {
+	out := make([]string, len(p.c.Network.DNS))
+	for i, d := range p.c.Network.DNS {
+		out[i] = d.String()
+	}
+	return out
 }
 
 // portDrift says why a machine port needs an update: the security group
@@ -310,10 +316,7 @@ func (createSubnet) apply(ctx context.Context, p *Provider, _ *reconcile.Desired
 	}
 	_, network, _, _ := p.clients(ctx)
 	dhcp := true
-	dns := make([]string, len(p.c.Network.DNS))
-	for i, d := range p.c.Network.DNS {
-		dns[i] = d.String()
-	}
+	dns := p.nameServers()
 	_, err = call(ctx, func(ctx context.Context) (*subnets.Subnet, error) {
 		return subnets.Create(ctx, network, taggedSubnet{subnets.CreateOpts{NetworkID: inv.network.ID, Name: p.subnetName(),
 			CIDR: p.c.Network.Cluster.CIDR.Masked().String(), IPVersion: 4, EnableDHCP: &dhcp, DNSNameservers: dns}, p.tags()}).Extract()

@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/taloscluster/taloscluster/internal/labtest"
 	"github.com/taloscluster/taloscluster/lab/pve"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -504,10 +505,7 @@ func describe(p *plan.Plan) string {
 }
 
 // yamlString quotes s as a one-item YAML list of a block string.
-func yamlString(s string) string {
-	out, _ := yaml.Marshal([]string{s})
-	return string(out)
-}
+func yamlString(s string) string { return labtest.YAMLString(s) }
 
 // planSets copies the converged cluster's directory, writes files into it,
 // sets each dotted path (the last part may be new) to its YAML value, and
@@ -571,25 +569,5 @@ func planSets(t *testing.T, ctx context.Context, w *world, sets [][2]string, fil
 // setPath sets (or adds) the mapping entry at path under n.
 func setPath(t *testing.T, n *yaml.Node, path []string, val *yaml.Node) {
 	t.Helper()
-	if n.Kind != yaml.MappingNode {
-		t.Fatalf("%s: not a mapping", path[0])
-	}
-	for i := 0; i < len(n.Content); i += 2 {
-		if n.Content[i].Value != path[0] {
-			continue
-		}
-		if len(path) == 1 {
-			n.Content[i+1] = val
-			return
-		}
-		setPath(t, n.Content[i+1], path[1:], val)
-		return
-	}
-	if len(path) > 1 {
-		child := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: path[0]}, child)
-		setPath(t, child, path[1:], val)
-		return
-	}
-	n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: path[0]}, val)
+	labtest.SetPath(t, n, path, val)
 }

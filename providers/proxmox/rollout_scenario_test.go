@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/taloscluster/taloscluster/internal/labtest"
 	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/kube"
@@ -45,24 +45,7 @@ func (w *world) hosts(cps, workers int) []string {
 // down at the same time, and returns how many were at most.
 func downs(t *testing.T, log []lab.LogEntry, hosts []string, limit int) int {
 	t.Helper()
-	down := map[string]bool{}
-	most := 0
-	for _, e := range log {
-		if e.Source != "lab" || !slices.Contains(hosts, e.Target) {
-			continue
-		}
-		switch e.Op {
-		case "node-left":
-			down[e.Target] = true
-		case "node-joined":
-			delete(down, e.Target)
-		}
-		if len(down) > limit {
-			t.Fatalf("%d of %v down at once (%v), at most %d allowed", len(down), hosts, down, limit)
-		}
-		most = max(most, len(down))
-	}
-	return most
+	return labtest.Downs(t, log, hosts, limit)
 }
 
 // TestScenarioNewEndpointIsWrittenOnceItAnswers: a new kubeapi_vip goes

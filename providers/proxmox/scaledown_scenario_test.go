@@ -15,8 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
+	"github.com/taloscluster/taloscluster/internal/labtest"
 	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/lab/pve"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
@@ -44,54 +43,18 @@ func built(t *testing.T, name string, workers int) (*world, context.Context) {
 // set changes keys of the world's cluster.yaml in place.
 func (w *world) set(t *testing.T, kv ...string) {
 	t.Helper()
-	path := filepath.Join(w.dir, "cluster.yaml")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		var val yaml.Node
-		if err := yaml.Unmarshal([]byte(kv[i+1]), &val); err != nil {
-			t.Fatal(err)
-		}
-		setPath(t, doc.Content[0], strings.Split(kv[i], "."), val.Content[0])
-	}
-	out, err := yaml.Marshal(&doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	labtest.SetYAML(t, filepath.Join(w.dir, "cluster.yaml"), kv...)
 }
 
 // since returns the lab's log entries after mark.
-func since(l *lab.Lab, mark time.Time) []lab.LogEntry {
-	var out []lab.LogEntry
-	for _, e := range l.Log() {
-		if e.Time.After(mark) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func since(l *lab.Lab, mark time.Time) []lab.LogEntry { return labtest.Since(l, mark) }
 
 // find returns the index of the first entry from start on that matches
 // source, op (a Talos call's method, or its service and method such as
 // LifecycleService.Upgrade) and a target containing target; -1 when there
 // is none.
 func find(log []lab.LogEntry, start int, source, op, target string) int {
-	for i := max(start, 0); i < len(log); i++ {
-		e := log[i]
-		if e.Source == source && (e.Op == op || e.Service+"."+e.Op == op) && strings.Contains(e.Target, target) && !strings.HasPrefix(e.Result, "4") && !strings.HasPrefix(e.Result, "5") {
-			return i
-		}
-	}
-	return -1
+	return labtest.Find(log, start, source, op, target)
 }
 
 // inOrder checks that the steps happen in the log in this order.
@@ -164,16 +127,7 @@ func (w *world) stopVM(t *testing.T, name string) {
 	waitFor(t, name+" stopped", func() bool { return !w.vm(t, name).Running })
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+func waitFor(t *testing.T, what string, cond func() bool) { t.Helper(); labtest.WaitFor(t, what, cond) }
 
 func TestScenarioRestrictedTokenRefusesScaleDown(t *testing.T) {
 	t.Parallel()

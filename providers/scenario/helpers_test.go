@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"gopkg.in/yaml.v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/taloscluster/taloscluster/internal/labtest"
 	"github.com/taloscluster/taloscluster/lab"
 	labkube "github.com/taloscluster/taloscluster/lab/kube"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -36,62 +36,11 @@ func built(t *testing.T, c *cloud, name string, workers int) (*world, context.Co
 // set changes keys of the world's cluster.yaml in place.
 func (w *world) set(t *testing.T, kv ...string) {
 	t.Helper()
-	path := filepath.Join(w.dir, "cluster.yaml")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		var val yaml.Node
-		if err := yaml.Unmarshal([]byte(kv[i+1]), &val); err != nil {
-			t.Fatal(err)
-		}
-		setPath(t, doc.Content[0], strings.Split(kv[i], "."), val.Content[0])
-	}
-	out, err := yaml.Marshal(&doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, out, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// setPath sets (or adds) the mapping entry at path under n.
-func setPath(t *testing.T, n *yaml.Node, path []string, val *yaml.Node) {
-	t.Helper()
-	if n.Kind != yaml.MappingNode {
-		t.Fatalf("%s: not a mapping", path[0])
-	}
-	for i := 0; i < len(n.Content); i += 2 {
-		if n.Content[i].Value != path[0] {
-			continue
-		}
-		if len(path) == 1 {
-			n.Content[i+1] = val
-			return
-		}
-		setPath(t, n.Content[i+1], path[1:], val)
-		return
-	}
-	if len(path) > 1 {
-		child := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: path[0]}, child)
-		setPath(t, child, path[1:], val)
-		return
-	}
-	n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: path[0]}, val)
+	labtest.SetYAML(t, filepath.Join(w.dir, "cluster.yaml"), kv...)
 }
 
 // yamlString quotes s as a one-item YAML list of a block string.
-func yamlString(s string) string {
-	out, _ := yaml.Marshal([]string{s})
-	return string(out)
-}
+func yamlString(s string) string { return labtest.YAMLString(s) }
 
 // planSets copies the converged cluster's directory, sets each dotted path
 // (the last part may be new) to its YAML value, and plans it. A directory
@@ -150,28 +99,14 @@ func (w *world) kube(t *testing.T) (*labkube.Server, kubernetes.Interface) {
 }
 
 // since returns the lab's log entries after mark.
-func since(l *lab.Lab, mark time.Time) []lab.LogEntry {
-	var out []lab.LogEntry
-	for _, e := range l.Log() {
-		if e.Time.After(mark) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
+func since(l *lab.Lab, mark time.Time) []lab.LogEntry { return labtest.Since(l, mark) }
 
 // find returns the index of the first entry from start on that matches
 // source, op (a Talos call's method, or its service and method such as
 // LifecycleService.Upgrade) and a target containing target; -1 when there
 // is none.
 func find(log []lab.LogEntry, start int, source, op, target string) int {
-	for i := max(start, 0); i < len(log); i++ {
-		e := log[i]
-		if e.Source == source && (e.Op == op || e.Service+"."+e.Op == op) && strings.Contains(e.Target, target) && !strings.HasPrefix(e.Result, "4") && !strings.HasPrefix(e.Result, "5") {
-			return i
-		}
-	}
-	return -1
+	return labtest.Find(log, start, source, op, target)
 }
 
 // inOrder checks that the steps happen in the log in this order.
@@ -213,13 +148,4 @@ func (w *world) nodeAddr(t *testing.T, hostname string) string {
 	return ""
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+func waitFor(t *testing.T, what string, cond func() bool) { t.Helper(); labtest.WaitFor(t, what, cond) }

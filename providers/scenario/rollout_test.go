@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 
+	"github.com/taloscluster/taloscluster/internal/labtest"
 	"github.com/taloscluster/taloscluster/lab"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
@@ -39,24 +40,7 @@ func (w *world) hosts(cps, workers int) []string {
 // down at the same time, and returns how many were at most.
 func downs(t *testing.T, log []lab.LogEntry, hosts []string, limit int) int {
 	t.Helper()
-	down := map[string]bool{}
-	most := 0
-	for _, e := range log {
-		if e.Source != "lab" || !slices.Contains(hosts, e.Target) {
-			continue
-		}
-		switch e.Op {
-		case "node-left":
-			down[e.Target] = true
-		case "node-joined":
-			delete(down, e.Target)
-		}
-		if len(down) > limit {
-			t.Fatalf("%d of %v down at once (%v), at most %d allowed", len(down), hosts, down, limit)
-		}
-		most = max(most, len(down))
-	}
-	return most
+	return labtest.Downs(t, log, hosts, limit)
 }
 
 // talosVersions returns the Talos version each of the world's nodes runs.
