@@ -443,14 +443,48 @@ func (r *run) waitAddresses(ctx context.Context) ([]string, error) {
 }
 
 // talosClient returns a Talos client for the control planes' current
-// addresses.
+// addresses. Once this run has seen every machine's address, a provider
+// that reads machines by name is asked for the control planes alone; the
+// whole wait runs only when one of them has no address now.
 func (r *run) talosClient(ctx context.Context) (*talos.Client, []string, error) {
-	cps, err := r.waitAddresses(ctx)
-	if err != nil {
-		return nil, nil, err
+	cps, ok := r.controlPlaneAddrs(ctx)
+	if !ok {
+		var err error
+		if cps, err = r.waitAddresses(ctx); err != nil {
+			return nil, nil, err
+		}
 	}
 	tc, err := r.dial(ctx, cps)
 	return tc, cps, err
+}
+
+// controlPlaneAddrs reads the control planes' addresses fresh, and only
+// theirs, when an earlier wait of this run saw every machine's address and
+// the provider reads machines by name. ok is false when it could not: the
+// caller then waits for every machine as before.
+func (r *run) controlPlaneAddrs(ctx context.Context) (addrs []string, ok bool) {
+	reader, narrow := r.e.Infra.(MachineReader)
+	if !narrow || r.addrs == nil {
+		return nil, false
+	}
+	cps := controlPlanes(r.want)
+	seen, err := reader.ReadMachines(ctx, cps)
+	if err != nil {
+		return nil, false
+	}
+	for _, name := range cps {
+		m, found := machineIn(seen, name)
+		if !found || !m.Running || len(m.Addresses) == 0 {
+			return nil, false
+		}
+		addrs = append(addrs, m.Addresses[0].String())
+	}
+	r.mu.Lock()
+	for i, name := range cps {
+		r.addrs[name] = addrs[i]
+	}
+	r.mu.Unlock()
+	return addrs, true
 }
 
 // dial returns the run's Talos client with the given endpoints, made

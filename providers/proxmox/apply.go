@@ -82,21 +82,19 @@ func (p *Provider) Apply(ctx context.Context, want *reconcile.Desired, ch plan.C
 // withVM looks an owned VM up by hostname and runs f on it; a VM that is
 // gone, or that has a twin of the same name now, fails the precondition.
 func (p *Provider) withVM(ctx context.Context, hostname string, f func(context.Context, *vm) error) error {
-	obs, err := p.Observe(ctx)
+	inv, err := p.readVMs(ctx, hostname)
 	if err != nil {
 		return err
 	}
-	inv := obs.(*inventory)
 	if own, ok := p.createdByThisRun(hostname); ok && inv.duplicates[hostname] != nil {
 		// Another run created a twin of the VM this run created: the
 		// newer of the two is removed by the run that created it.
 		if err := p.keepOne(ctx, hostname, own); err != nil {
 			return err
 		}
-		if obs, err = p.Observe(ctx); err != nil {
+		if inv, err = p.readVMs(ctx, hostname); err != nil {
 			return err
 		}
-		inv = obs.(*inventory)
 	}
 	if dups, ok := inv.duplicates[hostname]; ok {
 		return fmt.Errorf("%w: %d VMs are named %s now (ids %s); none of them is changed", reconcile.ErrPrecondition, len(dups), hostname, vmIDs(dups))
@@ -113,11 +111,11 @@ func (p *Provider) withVM(ctx context.Context, hostname string, f func(context.C
 // withVMID looks an owned VM up by id and runs f on it; a VM that is gone
 // or renamed fails the precondition.
 func (p *Provider) withVMID(ctx context.Context, hostname string, id int, f func(context.Context, *vm) error) error {
-	obs, err := p.Observe(ctx)
+	inv, err := p.readVMs(ctx, hostname)
 	if err != nil {
 		return err
 	}
-	v, ok := obs.(*inventory).vmByID(id)
+	v, ok := inv.vmByID(id)
 	if !ok || v.name != hostname {
 		return fmt.Errorf("%w: VM %d (%s) is not one of the cluster's VMs any more", reconcile.ErrPrecondition, id, hostname)
 	}

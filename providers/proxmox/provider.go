@@ -293,13 +293,27 @@ func (p *Provider) ReadMachines(ctx context.Context, hostnames []string) ([]reco
 	if p.api == nil {
 		return nil, fmt.Errorf("proxmox: an offline provider observes nothing")
 	}
+	inv, err := p.readVMs(ctx, hostnames...)
+	if err != nil {
+		return nil, err
+	}
+	return inv.Machines(), nil
+}
+
+// readVMs is a step's fresh read of the machines it acts on: the VM list
+// (which also shows twins, unowned VMs and misplaced ones of any name) and
+// the details of the named VMs only, never the whole inventory.
+func (p *Provider) readVMs(ctx context.Context, hostnames ...string) (*inventory, error) {
+	if p.api == nil {
+		return nil, fmt.Errorf("proxmox: an offline provider observes nothing")
+	}
 	ctx, cancel := p.callCtx(ctx)
 	defer cancel()
 	inv := newInventory(false)
 	if err := p.observeVMs(ctx, inv, hostnames); err != nil {
 		return nil, err
 	}
-	return inv.Machines(), nil
+	return inv, nil
 }
 
 // observeVMs reads the cluster's VMs into inv: every one, or those named
@@ -341,7 +355,9 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory, only []string
 			}
 			continue
 		}
-		if only != nil && !slices.Contains(only, name) {
+		// A VM the list shows without a name yet (pvestatd's broadcast
+		// lags) is read, as its config has the name.
+		if only != nil && name != "" && !slices.Contains(only, name) {
 			continue
 		}
 		v := &vm{id: id, node: node, name: name, tags: tags}
@@ -351,6 +367,9 @@ func (p *Provider) observeVMs(ctx context.Context, inv *inventory, only []string
 			continue
 		} else if err != nil {
 			return err
+		}
+		if only != nil && !slices.Contains(only, v.name) {
+			continue
 		}
 		byName[v.name] = append(byName[v.name], v)
 	}

@@ -112,11 +112,10 @@ func (p *Provider) absent(ctx context.Context, hostname string) error {
 	if _, err := p.settled(ctx, hostname, 0); err != nil {
 		return err
 	}
-	obs, err := p.Observe(ctx)
+	inv, err := p.readVMs(ctx, hostname)
 	if err != nil {
 		return err
 	}
-	inv := obs.(*inventory)
 	if v, ok := inv.owned[hostname]; ok {
 		return fmt.Errorf("%w: VM %s exists now (id %d on %s); another run created it", reconcile.ErrPrecondition, hostname, v.id, v.node)
 	}
