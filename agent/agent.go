@@ -154,14 +154,19 @@ type Agent struct {
 	apiLimit    *gh.RateLimitedError
 	lastProbe   time.Time
 	planned     map[int]string // pull request -> head planned
-	untrusted   map[int]string // pull request -> head refused
-	lastFetch   time.Time
-	fetchErr    error
-	forgeErr    error
-	lastDrift   time.Time
-	shown       map[shownKey]shownPlan // the last plan shown per cluster and pull request
-	shownOrder  []shownKey
-	approved    map[string]approvedPlan // cluster -> the plan its current converge job was allowed to run
+	// elsewhere holds the pull requests another replica plans: the head
+	// and base this replica found them at, and the cluster whose owner
+	// plans them. An idle poll then checks that cluster's Lease alone
+	// instead of reading both trees again.
+	elsewhere  map[int]plannedElsewhere
+	untrusted  map[int]string // pull request -> head refused
+	lastFetch  time.Time
+	fetchErr   error
+	forgeErr   error
+	lastDrift  time.Time
+	shown      map[shownKey]shownPlan // the last plan shown per cluster and pull request
+	shownOrder []shownKey
+	approved   map[string]approvedPlan // cluster -> the plan its current converge job was allowed to run
 }
 
 // Deps are what New wires together.
@@ -199,7 +204,7 @@ func New(cfg *Config, d Deps) *Agent {
 		d.Outbox, _ = OpenOutbox(context.Background(), cfg, nil, "", d.Log) // in memory: cannot fail
 	}
 	a := &Agent{cfg: cfg, repo: d.Repo, forge: d.Forge, runner: d.Runner, progress: d.Progress, metrics: d.Metrics,
-		redact: d.Redact, log: d.Log, reports: d.Outbox, fleet: d.Fleet, planned: map[int]string{}, untrusted: map[int]string{},
+		redact: d.Redact, log: d.Log, reports: d.Outbox, fleet: d.Fleet, planned: map[int]string{}, elsewhere: map[int]plannedElsewhere{}, untrusted: map[int]string{},
 		board: newBoard(d.Redact), shown: map[shownKey]shownPlan{}, approved: map[string]approvedPlan{},
 		retry: retry.Policy{Initial: RetryInitial, Max: RetryMax, Attempts: RetryAttempts},
 		waits: waitPolicy{backoff: retry.Policy{Initial: WaitInitial, Max: WaitMax}, limit: WaitLimit}, now: time.Now,
@@ -571,6 +576,12 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	if done || p.Head == "" {
 		return
 	}
+	a.mu.Lock()
+	other, ok := a.elsewhere[p.Number]
+	a.mu.Unlock()
+	if ok && other.head == p.Head && other.base == base && !a.owns(other.owner) {
+		return
+	}
 	// Each poll tries a pull request that could not be read again; the
 	// same error is logged once a minute.
 	topic := fmt.Sprint("pull request ", p.Number)
@@ -611,7 +622,10 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	// One replica plans a pull request and reports on it: the owner of
 	// the first cluster it changes. (Plans change nothing, so it may plan
 	// clusters other replicas own.)
-	if !a.owns(slices.Min(append(slices.Clone(affected), linked...))) {
+	if first := slices.Min(append(slices.Clone(affected), linked...)); !a.owns(first) {
+		a.mu.Lock()
+		a.elsewhere[p.Number] = plannedElsewhere{head: p.Head, base: base, owner: first}
+		a.mu.Unlock()
 		return
 	}
 	why, err := a.untrustedBecause(ctx, p)
@@ -660,6 +674,9 @@ func (a *Agent) pullRequest(ctx context.Context, p gh.PR, base string) {
 	a.report(ctx, pending...)
 	a.sched.Plan(p.Number, p.Head, affected, a.planPR(p, trees, affected))
 }
+
+// plannedElsewhere is a pull request another replica plans (Agent.elsewhere).
+type plannedElsewhere struct{ head, base, owner string }
 
 // untrustedBecause says why a pull request must not be planned with
 // production credentials, or "". An error means it cannot tell now (the

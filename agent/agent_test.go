@@ -47,6 +47,8 @@ type fakeRepo struct {
 	trees map[string]fstest.MapFS
 	// prErr, when set, fails reading a pull request's changes.
 	prErr error
+	// prReads counts the reads of a pull request's changes.
+	prReads int
 }
 
 func (r *fakeRepo) Fetch(context.Context, []int) (gitsync.Heads, error) {
@@ -77,6 +79,7 @@ func (r *fakeRepo) ChangedPaths(context.Context, string, string) ([]string, erro
 func (r *fakeRepo) PRChanges(context.Context, string, string) ([]string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.prReads++
 	if r.prErr != nil {
 		return nil, r.prErr
 	}

@@ -322,3 +322,45 @@ func TestCheckOnlyForOwnedClusters(t *testing.T) {
 		}
 	}
 }
+
+// TestPullRequestOfAnotherReplicaIsNotReadAgain: a pull request that
+// another replica plans is read once per head; idle polls only ask
+// whether this replica owns its cluster now, and it is planned here as
+// soon as it does.
+func TestPullRequestOfAnotherReplicaIsNotReadAgain(t *testing.T) {
+	t.Parallel()
+	fleet := &fakeFleet{}
+	w := newWorldWithFleet(t, fleet)
+	w.openPR(1, "h1", "w1 w2")
+	reads := func() int {
+		w.repo.mu.Lock()
+		defer w.repo.mu.Unlock()
+		return w.repo.prReads
+	}
+	first := reads()
+	if first == 0 {
+		t.Fatal("the pull request's changes were never read")
+	}
+	w.poll()
+	w.poll()
+	if got := reads(); got != first {
+		t.Errorf("idle polls read the changes of a pull request another replica plans again: %d reads, want %d", got, first)
+	}
+	if slices.Contains(w.runner.calls, "plan") {
+		t.Fatalf("a pull request of a cluster owned elsewhere was planned: %v", w.runner.calls)
+	}
+
+	fleet.set(true)
+	w.poll()
+	w.runner.set(func(r *fakeRunner) {
+		if !slices.Contains(r.calls, "plan") {
+			t.Errorf("the pull request was not planned once this replica owned its cluster: %v", r.calls)
+		}
+	})
+	w.forge.mu.Lock()
+	body := strings.Join(w.forge.plans[1], "")
+	w.forge.mu.Unlock()
+	if !strings.Contains(body, "taloscluster plan") {
+		t.Errorf("no plan comment once this replica owned the cluster: %q", body)
+	}
+}
