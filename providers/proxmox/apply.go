@@ -6,16 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/Telmate/proxmox-api-go/proxmox"
 
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/machineconfig"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/retry"
 )
 
 // Apply runs one step Plan returned, exactly as planned. Each operation
@@ -295,6 +298,11 @@ func (p *Provider) createVM(ctx context.Context, want *reconcile.Desired, hostna
 		id, err := p.createOnce(ctx, m, node, bootName)
 		if err != nil && attempt < idAttempts && strings.Contains(err.Error(), fmt.Sprintf("VM %d already exists", id)) {
 			p.log.Info("VM id taken meanwhile; checking again and asking for another", "cluster", p.c.Name, "vm", hostname, "id", id)
+			// Runs that keep asking at the same moment keep getting the
+			// same id: each waits a random while, longer every time.
+			if err := retry.Sleep(ctx, time.Duration(rand.Int64N(int64(attempt)*int64(idBackoff)))); err != nil {
+				return fmt.Errorf("creating VM %s: %w", hostname, err)
+			}
 			continue
 		}
 		if err != nil {
@@ -345,8 +353,13 @@ func (p *Provider) createOnce(ctx context.Context, m machineconfig.Machine, node
 }
 
 // idAttempts bounds the VM ids tried for one create when others take them
-// first.
-const idAttempts = 3
+// first: the agent creates the machines of many clusters at once, each
+// asking /cluster/nextid, so a busy Proxmox hands one id to several.
+// idBackoff is the most the first retry waits, a random part of it.
+const (
+	idAttempts = 10
+	idBackoff  = 100 * time.Millisecond
+)
 
 // vmParams are the Proxmox create parameters of a machine's VM.
 func (p *Provider) vmParams(m machineconfig.Machine, id int, bootISO string) map[string]any {
