@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -321,6 +322,34 @@ func (q *commitQueue) Pop() any {
 // may nest, and a root missing at commit contributes nothing. Symbolic
 // links are not followed.
 func (r *Repo) ClusterDirs(commit string, roots []string) ([]string, error) {
+	key := ""
+	if plumbing.IsHash(commit) {
+		key = strings.ToLower(commit) + "\x00" + strings.Join(roots, "\x00")
+		r.dirsMu.Lock()
+		dirs, ok := r.dirs[key]
+		r.dirsMu.Unlock()
+		if ok {
+			return slices.Clone(dirs), nil
+		}
+	}
+	dirs, err := r.clusterDirs(commit, roots)
+	if err != nil || key == "" {
+		return dirs, err
+	}
+	r.dirsMu.Lock()
+	if len(r.dirs) >= maxCachedDirs || r.dirs == nil {
+		r.dirs = map[string][]string{}
+	}
+	r.dirs[key] = slices.Clone(dirs)
+	r.dirsMu.Unlock()
+	return dirs, nil
+}
+
+// maxCachedDirs bounds the commits whose cluster directories a Repo
+// keeps; the cache starts over when it is full.
+const maxCachedDirs = 256
+
+func (r *Repo) clusterDirs(commit string, roots []string) ([]string, error) {
 	fsys, err := r.Tree(commit)
 	if err != nil {
 		return nil, err

@@ -127,6 +127,12 @@ type Repo struct {
 	// Repo is their only writer, so an idle fetch needs no disk I/O.
 	refs map[plumbing.ReferenceName]plumbing.Hash
 	head plumbing.ReferenceName
+
+	// dirs keeps ClusterDirs' answers by commit hash and roots: a
+	// commit's tree never changes, and each poll asks again for the
+	// default branch's and every open pull request's.
+	dirsMu sync.Mutex
+	dirs   map[string][]string
 }
 
 const (
