@@ -1,10 +1,12 @@
 package machineconfig
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 )
@@ -136,25 +138,58 @@ func WithComponentVersion(data []byte, component, version string) ([]byte, error
 }
 
 // ComponentImage returns the image the machine config names for a
-// control-plane component.
+// control-plane component. A plan asks this of the same configs many
+// times over (each component of each control plane, desired and
+// running), so the images of the configs seen last are kept by digest.
 func ComponentImage(data []byte, component string) (string, error) {
-	cfg, err := Parse(data)
+	imgs, err := componentImagesOf(data)
 	if err != nil {
 		return "", err
 	}
-	cl := cfg.Cluster()
-	if cl == nil {
-		return "", fmt.Errorf("the machine config has no cluster section")
-	}
 	switch component {
 	case APIServer:
-		return cl.APIServer().Image(), nil
+		return imgs[0], nil
 	case ControllerManager:
-		return cl.ControllerManager().Image(), nil
+		return imgs[1], nil
 	case Scheduler:
-		return cl.Scheduler().Image(), nil
+		return imgs[2], nil
 	}
 	return "", fmt.Errorf("unknown control-plane component %q", component)
+}
+
+// componentImages keeps the control-plane images of the configs parsed
+// last, by the SHA-256 of their bytes; it starts over when full.
+var componentImages = struct {
+	sync.Mutex
+	byDigest map[[sha256.Size]byte][3]string
+}{byDigest: map[[sha256.Size]byte][3]string{}}
+
+const maxComponentImages = 1024
+
+func componentImagesOf(data []byte) ([3]string, error) {
+	key := sha256.Sum256(data)
+	componentImages.Lock()
+	imgs, ok := componentImages.byDigest[key]
+	componentImages.Unlock()
+	if ok {
+		return imgs, nil
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return imgs, err
+	}
+	cl := cfg.Cluster()
+	if cl == nil {
+		return imgs, fmt.Errorf("the machine config has no cluster section")
+	}
+	imgs = [3]string{cl.APIServer().Image(), cl.ControllerManager().Image(), cl.Scheduler().Image()}
+	componentImages.Lock()
+	if len(componentImages.byDigest) >= maxComponentImages {
+		clear(componentImages.byDigest)
+	}
+	componentImages.byDigest[key] = imgs
+	componentImages.Unlock()
+	return imgs, nil
 }
 
 // retag returns image with its tag replaced by tag (a registry's port is

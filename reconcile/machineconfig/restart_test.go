@@ -106,3 +106,41 @@ func patched(t *testing.T, data []byte, patch string) []byte {
 	}
 	return b
 }
+
+// TestComponentImageOfEachConfig: the images kept by digest are each
+// config's own, asked in any order, and a config that cannot be read is an
+// error every time.
+func TestComponentImageOfEachConfig(t *testing.T) {
+	t.Parallel()
+	prox := proxmoxCluster()
+	in := proxmoxInput(t, prox)
+	cfg, err := machineconfig.Encode(generate(t, in, machine(t, in.Cluster, "lab-controlplane-01")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := machineconfig.WithComponentVersion(cfg, machineconfig.Scheduler, "v1.37.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		for _, tc := range []struct {
+			data   []byte
+			suffix string
+		}{{cfg, "/kube-scheduler:" + prox.Kubernetes.Version}, {moved, "/kube-scheduler:v1.37.0"}} {
+			img, err := machineconfig.ComponentImage(tc.data, machineconfig.Scheduler)
+			if err != nil || !strings.HasSuffix(img, tc.suffix) {
+				t.Fatalf("scheduler image %q, %v; want one ending in %s", img, err, tc.suffix)
+			}
+			api, err := machineconfig.ComponentImage(tc.data, machineconfig.APIServer)
+			if err != nil || !strings.Contains(api, "/kube-apiserver:") {
+				t.Fatalf("API server image %q, %v", api, err)
+			}
+		}
+		if _, err := machineconfig.ComponentImage([]byte("version: v1alpha1\nmachine: [\n"), machineconfig.Scheduler); err == nil {
+			t.Fatal("a config that cannot be parsed gave an image")
+		}
+	}
+	if _, err := machineconfig.ComponentImage(cfg, "etcd"); err == nil {
+		t.Fatal("an unknown component gave an image")
+	}
+}
