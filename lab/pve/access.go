@@ -5,6 +5,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -415,11 +416,15 @@ func (a *access) rolesOf(authid, path string) map[string]bool {
 // flag set only when both flags are. The caller holds s.mu (pools).
 func (s *Server) permissions(authid, path string) map[string]bool {
 	if authid == "root@pam" {
-		out := map[string]bool{}
-		for p := range s.access.roles["Administrator"] {
-			out[p] = true
-		}
-		return out
+		// Administrator is a built-in role, which no call changes: its
+		// privileges are made once and shared (the result is read-only).
+		s.rootOnce.Do(func() {
+			s.rootPrivs = map[string]bool{}
+			for p := range s.access.roles["Administrator"] {
+				s.rootPrivs[p] = true
+			}
+		})
+		return s.rootPrivs
 	}
 	if path == "" {
 		return map[string]bool{}
@@ -446,28 +451,20 @@ func (s *Server) permissions(authid, path string) map[string]bool {
 // privileges, and for a privilege-separated token intersected with its
 // user's. The caller holds s.mu.
 func (s *Server) compileACLPath(authid, path string) map[string]bool {
+	// Only the pools that hold path give it roles: they are looked up
+	// from path, not by listing every pool's members, so a check costs
+	// the same with a thousand pools.
 	poolRoles := map[string]map[string]bool{}
-	for _, name := range s.poolOrder {
+	for _, name := range s.poolsHolding(path) {
 		pr := s.access.rolesOf(authid, "/pool/"+name)
 		if len(pr) == 0 {
 			continue
 		}
-		var members []string
-		for _, g := range s.vms {
-			if g.pool == name {
-				members = append(members, fmt.Sprintf("/vms/%d", g.id))
-			}
+		if poolRoles[path] == nil {
+			poolRoles[path] = map[string]bool{}
 		}
-		for _, st := range s.pools[name].storages {
-			members = append(members, "/storage/"+st)
-		}
-		for _, m := range members {
-			if poolRoles[m] == nil {
-				poolRoles[m] = map[string]bool{}
-			}
-			for role := range pr {
-				poolRoles[m][role] = true
-			}
+		for role := range pr {
+			poolRoles[path][role] = true
 		}
 	}
 	roles := s.access.rolesOf(authid, path)
@@ -502,6 +499,33 @@ func (s *Server) compileACLPath(authid, path string) map[string]bool {
 		}
 	}
 	return privs
+}
+
+// poolsHolding returns the pools that have path as a member: the pool of
+// the VM /vms/<id>, or the pools of the storage /storage/<name>. The
+// caller holds s.mu.
+func (s *Server) poolsHolding(path string) []string {
+	if id, ok := strings.CutPrefix(path, "/vms/"); ok {
+		n, err := strconv.Atoi(id)
+		if err != nil || strconv.Itoa(n) != id {
+			return nil
+		}
+		if g, found := s.vms[n]; found && g.pool != "" && slices.Contains(s.poolOrder, g.pool) {
+			return []string{g.pool}
+		}
+		return nil
+	}
+	st, ok := strings.CutPrefix(path, "/storage/")
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, name := range s.poolOrder {
+		if slices.Contains(s.pools[name].storages, st) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // effectivePermissions is RPCEnvironment.pm's get_effective_permissions:

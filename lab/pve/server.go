@@ -135,6 +135,9 @@ type Server struct {
 	vms       map[int]*vm
 	pools     map[string]*pool
 	poolOrder []string
+	// rootPrivs are root@pam's privileges (permissions), made once.
+	rootOnce  sync.Once
+	rootPrivs map[string]bool
 	tasks     map[string]*task
 	active    []*task                // tasks not yet ended
 	rrd       map[int]map[string]any // last pvestatd broadcast, by VM ID
