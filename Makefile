@@ -49,9 +49,13 @@ demo: build
 	done
 
 # bench: every figure beside its floor (hack/benchtable), also written to
-# bench.json; docs/performance.md explains each. go-bench runs every Go
-# benchmark as it is.
+# bench.json; docs/performance.md explains each. The replicas' idle poll
+# shares its clusters through Leases on a real kube-apiserver, built into a
+# cache by .ci/kube-binaries.sh the first time (about 8 minutes).
+# go-bench runs every Go benchmark as it is.
 bench:
+	eval "$$(bash .ci/kube-binaries.sh)" && \
+	export TALOSLAB_KUBE_APISERVER TALOSLAB_KUBE_CONTROLLER_MANAGER TALOSLAB_ETCD && \
 	$(GO) run ./hack/benchtable -o bench.json
 
 go-bench:

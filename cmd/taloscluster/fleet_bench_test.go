@@ -353,7 +353,7 @@ func BenchmarkFigureDriftSweep(b *testing.B) {
 		b.ReportMetric(f.ready.Build, "build-s/fleet")
 		b.ReportMetric(wall.Seconds(), "wall-s/sweep")
 		b.ReportMetric(used.Seconds(), "cpu-s/sweep")
-		b.ReportMetric(float64(used.Milliseconds())/n, "cpu-ms/cluster")
+		b.ReportMetric(float64(used.Milliseconds())/n, "clustercpu-ms/cluster")
 		for _, src := range []string{"proxmox", "talos", "kubernetes"} {
 			b.ReportMetric(float64(counts[src])/n, strings.ReplaceAll(src, "kubernetes", "kube")+"-req/cluster")
 		}

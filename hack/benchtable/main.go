@@ -69,6 +69,9 @@ func main() {
 	if err := cmd.Run(); err != nil {
 		fail(fmt.Errorf("running the benchmarks: %w", err))
 	}
+	if skipped := skippedFigures(output.String()); len(skipped) > 0 {
+		fail(fmt.Errorf("%s skipped, so the table would lack their figures (see their reason above)", strings.Join(skipped, ", ")))
+	}
 	figures, err := parse(&output)
 	if err != nil {
 		fail(err)
@@ -90,6 +93,18 @@ func main() {
 func fail(err error) {
 	fmt.Fprintf(os.Stderr, "benchtable: %v\n", err)
 	os.Exit(1)
+}
+
+// skippedFigures returns the figure benchmarks that `go test` output says
+// were skipped ("--- SKIP: BenchmarkFigure…").
+func skippedFigures(output string) []string {
+	var out []string
+	for _, line := range strings.Split(output, "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "--- SKIP: "); ok && strings.HasPrefix(name, "BenchmarkFigure") {
+			out = append(out, strings.Fields(name)[0])
+		}
+	}
+	return out
 }
 
 // parse reads `go test -bench` output and returns its figures, in the
@@ -144,6 +159,8 @@ func parse(r io.Reader) ([]Figure, error) {
 				all[key] = s
 				order = append(order, key)
 				units[key] = metricUnit
+			} else if units[key] != metricUnit {
+				return nil, fmt.Errorf("figure %q is reported in %s and in %s: a figure has one unit", key, units[key], metricUnit)
 			}
 			switch kind {
 			case "-floor":

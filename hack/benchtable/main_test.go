@@ -59,3 +59,28 @@ func TestUnitsKeepTheirScale(t *testing.T) {
 		t.Errorf("%+v: want the values in MB as reported", f)
 	}
 }
+
+func TestSkippedFiguresAreNamed(t *testing.T) {
+	t.Parallel()
+	out := `goos: linux
+--- SKIP: BenchmarkFigureIdlePollReplicas
+    realkube.go:49: set TALOSLAB_KUBE_APISERVER ...
+--- SKIP: BenchmarkOther
+BenchmarkFigureIdlePoll-2   	1	100 ns/op	4 cpu-ms/poll
+`
+	got := skippedFigures(out)
+	if len(got) != 1 || got[0] != "BenchmarkFigureIdlePollReplicas" {
+		t.Fatalf("skipped figures %q, want only BenchmarkFigureIdlePollReplicas", got)
+	}
+	if got := skippedFigures("BenchmarkFigureIdlePoll-2 1 100 ns/op\nPASS\n"); len(got) != 0 {
+		t.Fatalf("skipped figures %q in a run that skipped none", got)
+	}
+}
+
+func TestAFigureHasOneUnit(t *testing.T) {
+	t.Parallel()
+	out := "BenchmarkFigureDriftSweep-2 \t1\t100 ns/op\t32 cpu-s/sweep\t30 cpu-ms/cluster\n"
+	if _, err := parse(strings.NewReader(out)); err == nil || !strings.Contains(err.Error(), "one unit") {
+		t.Fatalf("two units of one figure were taken: %v", err)
+	}
+}
