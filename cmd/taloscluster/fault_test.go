@@ -268,6 +268,12 @@ func engineCells() []faultCell {
 			met:    kubeMet("list nodes", "lost-reply")},
 		{system: "kube", kind: "crash", phase: "converge-health", outcome: outcomeResumes, net: "127.146.0.0/24",
 			fault: "the run dies right after the health barrier's first node listing",
+			// The step after the barrier (the config ISO's removal) is
+			// slowed, so that the run cannot end before the watcher
+			// sees the listing and kills it, however loaded the machine;
+			// within Proxmox's request timeout, so the next run passes.
+			at:     "health:",
+			inject: func(_ *testing.T, e *cellEnv) { e.lab.PVE.SetLatency("storage.content.delete", 1500*time.Millisecond) },
 			crashed: func(e *cellEnv) bool {
 				k, ok := e.lab.Kube(faultClusterName)
 				if !ok {
