@@ -114,6 +114,9 @@ type Engine struct {
 	// for a mutation lock another run holds, instead of failing at once
 	// with a state.LockedError.
 	WaitLock bool
+	// Plugins are the plugins the engine can run; those the cluster
+	// configures run at the end of converge, in their order.
+	Plugins []Plugin
 }
 
 // Locker is an optional capability of the Engine's State: one mutating run
@@ -296,6 +299,10 @@ func (e *Engine) observe(ctx context.Context) (*Desired, *Observation, error) {
 	}
 	want, err := e.desired(ctx, obs)
 	if err != nil {
+		return nil, nil, err
+	}
+	want.Plugins = e.Plugins
+	if err := e.observePlugins(ctx, obs); err != nil {
 		return nil, nil, err
 	}
 	return want, obs, nil
@@ -561,6 +568,9 @@ func (e *Engine) PlanDestroy(ctx context.Context) (*plan.Plan, error) {
 	}
 	for _, ch := range changes {
 		p.Add(ch)
+	}
+	if err := e.planTeardown(ctx, p, inv); err != nil {
+		return nil, err
 	}
 	kinds := map[string]plan.ResourceKind{KubeconfigFile: plan.KindKubeconfig, TalosconfigFile: plan.KindTalosconfig, TalosSecretsFile: plan.KindTalosSecrets}
 	for _, f := range []string{KubeconfigFile, TalosconfigFile, TalosSecretsFile} {

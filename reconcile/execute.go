@@ -47,6 +47,8 @@ type run struct {
 	selfReboot map[string]bool
 	// refs are the running nodes the plan's rollout steps name.
 	refs map[string]nodeRef
+	// results holds what the plugins' steps returned, by plugin.
+	results map[string]map[string]string
 }
 
 // execute runs the plan's steps in order, each recorded in the journal
@@ -61,8 +63,24 @@ func (e *Engine) execute(ctx context.Context, p *plan.Plan, want *Desired) error
 		}
 	}
 	total := len(steps)
+	var plugins pluginFailures
 	for i := 0; i < total; {
 		st := steps[i]
+		if name := pluginOf(st); name != "" {
+			// A plugin's failure stops its own later steps, not the
+			// others': the run fails at its end, naming it.
+			if plugins.failed(name) {
+				r.e.say(st.Phase, "[%d/%d] skipped %s %s: the %s plugin failed before", i+1, total, st.Resource.Kind, st.Resource.Name, name)
+			} else if err := r.numbered(ctx, i+1, total, st); err != nil {
+				if ctx.Err() != nil {
+					return err
+				}
+				r.e.say(st.Phase, "the %s plugin failed; the other plugins go on: %v", name, err)
+				plugins.add(name, err)
+			}
+			i++
+			continue
+		}
 		if st.Batch == 0 {
 			if err := r.numbered(ctx, i+1, total, st); err != nil {
 				return err
@@ -79,7 +97,7 @@ func (e *Engine) execute(ctx context.Context, p *plan.Plan, want *Desired) error
 		}
 		i = j
 	}
-	return nil
+	return plugins.err()
 }
 
 // StepEvent tells that a step of a converge started (Ended is zero) or
@@ -261,6 +279,12 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 		return r.deleteState(ctx, op.file)
 	case cordonNode:
 		return r.cordon(ctx, op.hostname, op.why)
+	case pluginStep:
+		return r.applyPlugin(ctx, op.plugin, op.change)
+	case pluginLater:
+		return r.runDeferred(ctx, op.plugin)
+	case pluginUnread:
+		return fmt.Errorf("the %s plugin's objects could not be read when planning: %s", op.plugin, op.reason)
 	case uncordonNode:
 		err := r.uncordon(ctx, op.hostname)
 		if err != nil && op.bestEffort {

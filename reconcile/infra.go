@@ -78,6 +78,8 @@ type Desired struct {
 	// Restart asks for the restart of the machines whose provider changes
 	// wait for one (converge --reboot).
 	Restart bool
+	// Plugins are the plugins the engine can run (Engine.Plugins).
+	Plugins []Plugin
 }
 
 // machineIn returns the machine of ms with the given hostname.

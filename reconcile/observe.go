@@ -50,6 +50,9 @@ type Observation struct {
 	// (it was killed, or lost its lock): the planner plans from what
 	// they left, and converge closes them once its plan re-checked them.
 	Journal []state.Entry
+	// Plugins holds what each configured plugin read, by name; nil
+	// without plugins.
+	Plugins map[string]pluginFacts
 }
 
 // StateFacts is what the cluster's state holds.

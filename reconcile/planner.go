@@ -132,7 +132,10 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		}
 	}
 	markUnread(p, want, obs)
-	for _, name := range pluginNames(c) {
+	if err := planPlugins(p, want, obs, want.Plugins); err != nil {
+		return nil, err
+	}
+	for _, name := range pluginNamesWithout(c, want.Plugins) {
 		p.Warn(fmt.Sprintf("the %s section is validated, but this version does not run plugins yet; converge will not touch it", name))
 	}
 	for _, msg := range unbuiltWarnings(c) {

@@ -1,0 +1,403 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/taloscluster/taloscluster/reconcile/kube"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+// Plugin is a plugin converge runs at its end, after the health gate: the
+// owner of one cluster.yaml section (argocd, charts, rancher). Like a
+// provider it reads what it manages, plans steps from that without I/O,
+// and makes each step after reading its precondition again.
+type Plugin interface {
+	// Name is the plugin's cluster.yaml section.
+	Name() string
+	// After names the plugins that run before this one when they are
+	// configured too; the engine passes their results on.
+	After() []string
+	// Configured reports whether the cluster uses the plugin: its section
+	// is there and the secrets it needs are set.
+	Configured(c *spec.Cluster) bool
+	// Observe reads what the plugin manages. It changes nothing.
+	Observe(ctx context.Context, env PluginEnv) (PluginState, error)
+	// Plan returns the steps that make what Observe read match the
+	// cluster.yaml, without I/O; each step's Op is the plugin's own.
+	Plan(c *spec.Cluster, st PluginState) ([]plan.Change, error)
+	// PlanTeardown returns the steps destroy takes to remove what the
+	// plugin made, without I/O.
+	PlanTeardown(c *spec.Cluster, st PluginState) ([]plan.Change, error)
+	// Apply makes one step Plan or PlanTeardown returned; it returns the
+	// results later plugins may read (nil for none).
+	Apply(ctx context.Context, env PluginEnv, ch plan.Change) (map[string]string, error)
+}
+
+// PluginState is what a plugin's Observe read, for its Plan.
+type PluginState any
+
+// PluginEnv is what a plugin knows of the cluster.
+type PluginEnv struct {
+	Cluster *spec.Cluster
+	// Kubeconfig is the cluster's admin kubeconfig as the engine uses it
+	// (its server is the API address the engine reaches).
+	Kubeconfig []byte
+	// Results holds what the plugins before this one found or made, by
+	// plugin, such as the Rancher cluster id.
+	Results map[string]map[string]string
+}
+
+// pluginFacts is what the observation holds of one configured plugin.
+type pluginFacts struct {
+	// State is what the plugin read; Unread says why it read nothing.
+	State  PluginState
+	Unread string
+	// Deferred says why the plugin was not asked: the cluster has no API
+	// to reach yet, or it does not answer.
+	Deferred string
+}
+
+// orderPlugins returns the configured plugins in the order they run: each
+// after those it names in After, otherwise in name order. A cycle is an
+// error.
+func orderPlugins(all []Plugin, c *spec.Cluster) ([]Plugin, error) {
+	var on []Plugin
+	for _, pl := range all {
+		if pl.Configured(c) {
+			on = append(on, pl)
+		}
+	}
+	slices.SortFunc(on, func(a, b Plugin) int { return strings.Compare(a.Name(), b.Name()) })
+	var out []Plugin
+	placed := map[string]bool{}
+	for len(out) < len(on) {
+		progress := false
+		for _, pl := range on {
+			if placed[pl.Name()] {
+				continue
+			}
+			ready := true
+			for _, dep := range pl.After() {
+				if !placed[dep] && slices.ContainsFunc(on, func(o Plugin) bool { return o.Name() == dep }) {
+					ready = false
+				}
+			}
+			if ready {
+				out = append(out, pl)
+				placed[pl.Name()] = true
+				progress = true
+				break
+			}
+		}
+		if !progress {
+			return nil, errors.New("the plugins' After lists make a cycle")
+		}
+	}
+	return out, nil
+}
+
+// observePlugins reads what each configured plugin manages, unless the
+// cluster has no API to reach yet or it does not answer: the plugin is
+// deferred then.
+func (e *Engine) observePlugins(ctx context.Context, obs *Observation) error {
+	plugins, err := orderPlugins(e.Plugins, e.Cluster)
+	if err != nil || len(plugins) == 0 {
+		return err
+	}
+	obs.Plugins = map[string]pluginFacts{}
+	deferred := ""
+	switch yes, known := obs.Bootstrapped(); {
+	case !obs.State.Kubeconfig:
+		deferred = "the cluster has no kubeconfig yet: its steps are planned and made once the cluster is built and healthy"
+	case !yes && known:
+		deferred = "the cluster is not bootstrapped yet: its steps are planned and made once it is and passes the health gate"
+	case obs.Kube.Unknown != "":
+		deferred = "the cluster's Kubernetes API does not answer (" + obs.Kube.Unknown + "); the plugin changes nothing until it does"
+	}
+	var kubeconfig []byte
+	if deferred == "" {
+		if kubeconfig, err = e.engineKubeconfig(ctx, obs.API); err != nil {
+			deferred = "the cluster's kubeconfig could not be read: " + err.Error()
+		}
+	}
+	results := map[string]map[string]string{}
+	for _, pl := range plugins {
+		if deferred != "" {
+			obs.Plugins[pl.Name()] = pluginFacts{Deferred: deferred}
+			continue
+		}
+		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Results: results})
+		if err != nil {
+			obs.Plugins[pl.Name()] = pluginFacts{Unread: err.Error()}
+			continue
+		}
+		obs.Plugins[pl.Name()] = pluginFacts{State: st}
+	}
+	return nil
+}
+
+// engineKubeconfig is the cluster's stored kubeconfig, naming the API
+// address the engine reaches (kubeClient's) rather than the public one.
+func (e *Engine) engineKubeconfig(ctx context.Context, api API) ([]byte, error) {
+	data, err := e.read(ctx, KubeconfigFile)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: there is no %s", ErrPrecondition, KubeconfigFile)
+	}
+	if api.Known && api.Allocated {
+		return kube.WithServer(data, api.URL)
+	}
+	return data, nil
+}
+
+// planTeardown adds the steps with which the configured plugins remove
+// what they made, in the reverse of their order, to a destroy plan. A
+// plugin whose objects cannot be read gets a step that fails: destroy then
+// removes the rest and exits non-zero.
+func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) error {
+	ordered, err := orderPlugins(e.Plugins, e.Cluster)
+	if err != nil || len(ordered) == 0 {
+		return err
+	}
+	// Without a kubeconfig (a cluster never built) a plugin is asked all
+	// the same: what it made elsewhere may exist.
+	kubeconfig, _ := e.engineKubeconfig(ctx, EndpointOf(e.Cluster, e.Infra, inv))
+	results := map[string]map[string]string{}
+	for i := len(ordered) - 1; i >= 0; i-- {
+		pl := ordered[i]
+		name := pl.Name()
+		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Results: results})
+		if err != nil {
+			p.Unread("the "+name+" plugin's objects", err.Error())
+			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait,
+				Resource: plan.Resource{Kind: plan.KindPlugin, Name: name},
+				Reason:   "not torn down: its objects could not be read (" + err.Error() + "); destroy removes the rest and then fails for this plugin",
+				Op:       pluginUnread{plugin: name, reason: err.Error()}})
+			continue
+		}
+		steps, err := pl.PlanTeardown(e.Cluster, st)
+		if err != nil {
+			return fmt.Errorf("planning the %s plugin's teardown: %w", name, err)
+		}
+		for _, s := range steps {
+			p.Add(wrapPluginStep(name, s))
+		}
+	}
+	return nil
+}
+
+// Plugin operations.
+type (
+	// pluginStep is a step of a plugin's plan, made by its Apply.
+	pluginStep struct {
+		plugin string
+		change plan.Change
+	}
+	// pluginLater runs a plugin that was deferred when planning: it reads,
+	// plans and makes its steps once the cluster is up.
+	pluginLater struct{ plugin string }
+	// pluginUnread fails: what the plugin manages could not be read.
+	pluginUnread struct{ plugin, reason string }
+)
+
+// planPlugins adds the configured plugins' steps, in their order, to the
+// plugins phase.
+func planPlugins(p *plan.Plan, want *Desired, obs *Observation, plugins []Plugin) error {
+	ordered, err := orderPlugins(plugins, want.Cluster)
+	if err != nil {
+		return err
+	}
+	for _, pl := range ordered {
+		name := pl.Name()
+		f, ok := obs.Plugins[name]
+		res := plan.Resource{Kind: plan.KindPlugin, Name: name}
+		switch {
+		case !ok:
+			p.Unread("the "+name+" plugin's objects", "they were not read")
+			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait, Resource: res,
+				Reason: "not read: the plugin runs only when its objects were read", Op: pluginUnread{plugin: name, reason: "they were not read"}})
+		case f.Deferred != "":
+			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait, Resource: res,
+				Reason: "deferred: " + f.Deferred, Expects: "the cluster passed the health gate", Op: pluginLater{plugin: name}})
+		case f.Unread != "":
+			p.Unread("the "+name+" plugin's objects", f.Unread)
+			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait, Resource: res,
+				Reason: "not planned: its objects could not be read (" + f.Unread + "); converge makes the other steps and then fails for this plugin",
+				Op:     pluginUnread{plugin: name, reason: f.Unread}})
+		default:
+			steps, err := pl.Plan(want.Cluster, f.State)
+			if err != nil {
+				return fmt.Errorf("planning the %s plugin: %w", name, err)
+			}
+			for _, st := range steps {
+				p.Add(wrapPluginStep(name, st))
+			}
+		}
+	}
+	return nil
+}
+
+// wrapPluginStep puts a plugin's step in the plugins phase, its Op the
+// plugin's to make.
+func wrapPluginStep(name string, st plan.Change) plan.Change {
+	if st.Action == plan.ActionRefuse {
+		return st
+	}
+	st.Phase = plan.PhasePlugins
+	if st.Domain == "" {
+		st.Domain = plan.DomainKube
+	}
+	st.Op = pluginStep{plugin: name, change: st}
+	return st
+}
+
+// pluginOf returns the plugin whose step st is, "" for none.
+func pluginOf(st plan.Change) string {
+	switch op := st.Op.(type) {
+	case pluginStep:
+		return op.plugin
+	case pluginLater:
+		return op.plugin
+	case pluginUnread:
+		return op.plugin
+	}
+	return ""
+}
+
+// plugin returns the engine's plugin of that name.
+func (e *Engine) plugin(name string) (Plugin, error) {
+	for _, pl := range e.Plugins {
+		if pl.Name() == name {
+			return pl, nil
+		}
+	}
+	return nil, fmt.Errorf("no %s plugin", name)
+}
+
+// pluginEnv is what the plugins of this run know; results grow as they
+// run.
+func (r *run) pluginEnv(ctx context.Context) (PluginEnv, error) {
+	kubeconfig, err := r.e.engineKubeconfig(ctx, r.want.API)
+	if err != nil {
+		return PluginEnv{}, fmt.Errorf("reading the cluster's kubeconfig: %w", err)
+	}
+	if r.results == nil {
+		r.results = map[string]map[string]string{}
+	}
+	return PluginEnv{Cluster: r.e.Cluster, Kubeconfig: kubeconfig, Results: r.results}, nil
+}
+
+// applyPlugin makes one plugin step and keeps what it returns for the
+// plugins after it.
+func (r *run) applyPlugin(ctx context.Context, name string, ch plan.Change) error {
+	pl, err := r.e.plugin(name)
+	if err != nil {
+		return err
+	}
+	env, err := r.pluginEnv(ctx)
+	if err != nil {
+		return err
+	}
+	out, err := pl.Apply(ctx, env, ch)
+	if err != nil {
+		return err
+	}
+	if len(out) > 0 {
+		r.mu.Lock()
+		if r.results[name] == nil {
+			r.results[name] = map[string]string{}
+		}
+		for k, v := range out {
+			r.results[name][k] = v
+		}
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// runDeferred reads, plans and makes the steps of a plugin that was
+// deferred when planning, saying each.
+func (r *run) runDeferred(ctx context.Context, name string) error {
+	pl, err := r.e.plugin(name)
+	if err != nil {
+		return err
+	}
+	env, err := r.pluginEnv(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := pl.Observe(ctx, env)
+	if err != nil {
+		return fmt.Errorf("reading the %s plugin's objects: %w", name, err)
+	}
+	steps, err := pl.Plan(r.e.Cluster, st)
+	if err != nil {
+		return fmt.Errorf("planning the %s plugin: %w", name, err)
+	}
+	for _, st := range steps {
+		if st.Action == plan.ActionRefuse {
+			return fmt.Errorf("the %s plugin refuses %s: %s", name, st.Resource, st.Reason)
+		}
+	}
+	for i, st := range steps {
+		r.e.say(plan.PhasePlugins, "  %s [%d/%d] %s %s %s", name, i+1, len(steps), st.Action.Symbol(), st.Resource.Kind, st.Resource.Name)
+		if err := r.applyPlugin(ctx, name, st); err != nil {
+			return fmt.Errorf("%s %s: %w", st.Action, st.Resource, err)
+		}
+	}
+	return nil
+}
+
+// pluginFailures is what the plugins' failed steps of a run were, by
+// plugin: a failed plugin's later steps are skipped, the others' run.
+type pluginFailures struct {
+	order []string
+	errs  map[string]error
+}
+
+func (f *pluginFailures) failed(name string) bool { return f.errs[name] != nil }
+
+func (f *pluginFailures) add(name string, err error) {
+	if f.errs == nil {
+		f.errs = map[string]error{}
+	}
+	if f.errs[name] == nil {
+		f.order = append(f.order, name)
+		f.errs[name] = err
+	}
+}
+
+// err is the run's error for its failed plugins, nil when none failed.
+func (f *pluginFailures) err() error {
+	if len(f.order) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(f.order))
+	for i, name := range f.order {
+		msgs[i] = name + ": " + f.errs[name].Error()
+	}
+	return fmt.Errorf("%w: %s", ErrPluginFailed, strings.Join(msgs, "; "))
+}
+
+// ErrPluginFailed marks a run whose plugins' steps did not all succeed;
+// the run's other steps were made.
+var ErrPluginFailed = errors.New("plugins failed")
+
+// pluginNamesWithout returns the plugin sections the cluster configures
+// that no plugin of the engine handles.
+func pluginNamesWithout(c *spec.Cluster, plugins []Plugin) []string {
+	var out []string
+	for _, name := range pluginNames(c) {
+		if !slices.ContainsFunc(plugins, func(pl Plugin) bool { return pl.Name() == name }) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
