@@ -281,27 +281,27 @@ func (e *Engine) plugin(name string) (Plugin, error) {
 	return nil, fmt.Errorf("no %s plugin", name)
 }
 
-// pluginEnv is what the plugins of this run know; results grow as they
-// run.
-func (r *run) pluginEnv(ctx context.Context) (PluginEnv, error) {
+// pluginEnv returns the plugin of that name and what it knows in this
+// run; the results grow as the plugins run.
+func (r *run) pluginEnv(ctx context.Context, name string) (Plugin, PluginEnv, error) {
+	pl, err := r.e.plugin(name)
+	if err != nil {
+		return nil, PluginEnv{}, err
+	}
 	kubeconfig, err := r.e.engineKubeconfig(ctx, r.want.API)
 	if err != nil {
-		return PluginEnv{}, fmt.Errorf("reading the cluster's kubeconfig: %w", err)
+		return nil, PluginEnv{}, fmt.Errorf("reading the cluster's kubeconfig: %w", err)
 	}
 	if r.results == nil {
 		r.results = map[string]map[string]string{}
 	}
-	return PluginEnv{Cluster: r.e.Cluster, Kubeconfig: kubeconfig, Results: r.results}, nil
+	return pl, PluginEnv{Cluster: r.e.Cluster, Kubeconfig: kubeconfig, Results: r.results}, nil
 }
 
 // applyPlugin makes one plugin step and keeps what it returns for the
 // plugins after it.
 func (r *run) applyPlugin(ctx context.Context, name string, ch plan.Change) error {
-	pl, err := r.e.plugin(name)
-	if err != nil {
-		return err
-	}
-	env, err := r.pluginEnv(ctx)
+	pl, env, err := r.pluginEnv(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -325,11 +325,7 @@ func (r *run) applyPlugin(ctx context.Context, name string, ch plan.Change) erro
 // runDeferred reads, plans and makes the steps of a plugin that was
 // deferred when planning, saying each.
 func (r *run) runDeferred(ctx context.Context, name string) error {
-	pl, err := r.e.plugin(name)
-	if err != nil {
-		return err
-	}
-	env, err := r.pluginEnv(ctx)
+	pl, env, err := r.pluginEnv(ctx, name)
 	if err != nil {
 		return err
 	}

@@ -170,17 +170,25 @@ func BenchmarkFigureIdlePoll(b *testing.B) {
 			conditional = append(conditional, float64(w.github.notModified.Load())/idlePolls)
 		}
 		b.ReportMetric(rounds, "runs")
-		b.ReportMetric(median(cpu), "cpu-ms/poll")
-		b.ReportMetric(median(floor), "cpu-ms/poll-floor")
-		b.ReportMetric(median(floor)/2, "cpu-ms/poll-target")
-		b.ReportMetric(median(wire), "wire-bytes/poll")
-		b.ReportMetric(median(advert), "wire-bytes/poll-floor")
-		b.ReportMetric(1.5*median(advert), "wire-bytes/poll-target")
-		b.ReportMetric(median(charged), "charged-req/poll")
-		b.ReportMetric(0, "charged-req/poll-floor")
-		b.ReportMetric(0, "charged-req/poll-target")
-		b.ReportMetric(median(conditional), "conditional-req/poll")
+		reportIdlePoll(b, cpu, floor, wire, advert, charged, conditional)
 	}
+}
+
+// reportIdlePoll reports the idle poll's figures from their samples, each
+// beside its floor and target: CPU against `git ls-remote` (at most half),
+// git bytes against the ref advertisement (at most 1.5 times), charged
+// GitHub requests (none), and the conditional ones.
+func reportIdlePoll(b *testing.B, cpu, floor, wire, advert, charged, conditional []float64) {
+	b.ReportMetric(median(cpu), "cpu-ms/poll")
+	b.ReportMetric(median(floor), "cpu-ms/poll-floor")
+	b.ReportMetric(median(floor)/2, "cpu-ms/poll-target")
+	b.ReportMetric(median(wire), "wire-bytes/poll")
+	b.ReportMetric(median(advert), "wire-bytes/poll-floor")
+	b.ReportMetric(1.5*median(advert), "wire-bytes/poll-target")
+	b.ReportMetric(median(charged), "charged-req/poll")
+	b.ReportMetric(0, "charged-req/poll-floor")
+	b.ReportMetric(0, "charged-req/poll-target")
+	b.ReportMetric(median(conditional), "conditional-req/poll")
 }
 
 // rounds is how many times a figure benchmark repeats its measure; it

@@ -56,12 +56,7 @@ func TestRestartPaths(t *testing.T) {
 // TestWithComponentVersion moves one component's image and nothing else.
 func TestWithComponentVersion(t *testing.T) {
 	t.Parallel()
-	prox := proxmoxCluster()
-	in := proxmoxInput(t, prox)
-	cfg, err := machineconfig.Encode(generate(t, in, machine(t, in.Cluster, "lab-controlplane-01")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, _ := controlPlaneConfig(t)
 	out, err := machineconfig.WithComponentVersion(cfg, machineconfig.ControllerManager, "v1.37.0")
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +84,19 @@ func TestWithComponentVersion(t *testing.T) {
 	}
 }
 
+// controlPlaneConfig is the encoded config of the lab cluster's first
+// control plane, and its Kubernetes version.
+func controlPlaneConfig(t *testing.T) ([]byte, string) {
+	t.Helper()
+	prox := proxmoxCluster()
+	in := proxmoxInput(t, prox)
+	cfg, err := machineconfig.Encode(generate(t, in, machine(t, in.Cluster, "lab-controlplane-01")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, prox.Kubernetes.Version
+}
+
 // patched applies a strategic merge patch to an encoded config.
 func patched(t *testing.T, data []byte, patch string) []byte {
 	t.Helper()
@@ -112,12 +120,7 @@ func patched(t *testing.T, data []byte, patch string) []byte {
 // error every time.
 func TestComponentImageOfEachConfig(t *testing.T) {
 	t.Parallel()
-	prox := proxmoxCluster()
-	in := proxmoxInput(t, prox)
-	cfg, err := machineconfig.Encode(generate(t, in, machine(t, in.Cluster, "lab-controlplane-01")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, kubernetes := controlPlaneConfig(t)
 	moved, err := machineconfig.WithComponentVersion(cfg, machineconfig.Scheduler, "v1.37.0")
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +129,7 @@ func TestComponentImageOfEachConfig(t *testing.T) {
 		for _, tc := range []struct {
 			data   []byte
 			suffix string
-		}{{cfg, "/kube-scheduler:" + prox.Kubernetes.Version}, {moved, "/kube-scheduler:v1.37.0"}} {
+		}{{cfg, "/kube-scheduler:" + kubernetes}, {moved, "/kube-scheduler:v1.37.0"}} {
 			img, err := machineconfig.ComponentImage(tc.data, machineconfig.Scheduler)
 			if err != nil || !strings.HasSuffix(img, tc.suffix) {
 				t.Fatalf("scheduler image %q, %v; want one ending in %s", img, err, tc.suffix)
