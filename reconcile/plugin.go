@@ -45,8 +45,10 @@ type PluginState any
 type PluginEnv struct {
 	Cluster *spec.Cluster
 	// Kubeconfig is the cluster's admin kubeconfig as the engine uses it
-	// (its server is the API address the engine reaches).
-	Kubeconfig []byte
+	// (its server is the API address the engine reaches); Public is the
+	// same as people use it, naming the public endpoint where there is
+	// one. Both are nil for a cluster without a kubeconfig.
+	Kubeconfig, Public []byte
 	// Results holds what the plugins before this one found or made, by
 	// plugin, such as the Rancher cluster id.
 	Results map[string]map[string]string
@@ -119,9 +121,9 @@ func (e *Engine) observePlugins(ctx context.Context, obs *Observation) error {
 	case obs.Kube.Unknown != "":
 		deferred = "the cluster's Kubernetes API does not answer (" + obs.Kube.Unknown + "); the plugin changes nothing until it does"
 	}
-	var kubeconfig []byte
+	var kubeconfig, public []byte
 	if deferred == "" {
-		if kubeconfig, err = e.engineKubeconfig(ctx, obs.API); err != nil {
+		if kubeconfig, public, err = e.kubeconfigs(ctx, obs.API); err != nil {
 			deferred = "the cluster's kubeconfig could not be read: " + err.Error()
 		}
 	}
@@ -131,7 +133,7 @@ func (e *Engine) observePlugins(ctx context.Context, obs *Observation) error {
 			obs.Plugins[pl.Name()] = pluginFacts{Deferred: deferred}
 			continue
 		}
-		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Results: results})
+		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results})
 		if err != nil {
 			obs.Plugins[pl.Name()] = pluginFacts{Unread: err.Error()}
 			continue
@@ -141,20 +143,22 @@ func (e *Engine) observePlugins(ctx context.Context, obs *Observation) error {
 	return nil
 }
 
-// engineKubeconfig is the cluster's stored kubeconfig, naming the API
-// address the engine reaches (kubeClient's) rather than the public one.
-func (e *Engine) engineKubeconfig(ctx context.Context, api API) ([]byte, error) {
+// kubeconfigs returns the cluster's stored kubeconfig as the engine uses
+// it, naming the API address the engine reaches (kubeClient's), and as it
+// is stored, for people.
+func (e *Engine) kubeconfigs(ctx context.Context, api API) (engine, public []byte, err error) {
 	data, err := e.read(ctx, KubeconfigFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(data) == 0 {
-		return nil, fmt.Errorf("%w: there is no %s", ErrPrecondition, KubeconfigFile)
+		return nil, nil, fmt.Errorf("%w: there is no %s", ErrPrecondition, KubeconfigFile)
 	}
 	if api.Known && api.Allocated {
-		return kube.WithServer(data, api.URL)
+		engine, err := kube.WithServer(data, api.URL)
+		return engine, data, err
 	}
-	return data, nil
+	return data, data, nil
 }
 
 // planTeardown adds the steps with which the configured plugins remove
@@ -168,12 +172,12 @@ func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) 
 	}
 	// Without a kubeconfig (a cluster never built) a plugin is asked all
 	// the same: what it made elsewhere may exist.
-	kubeconfig, _ := e.engineKubeconfig(ctx, EndpointOf(e.Cluster, e.Infra, inv))
+	kubeconfig, public, _ := e.kubeconfigs(ctx, EndpointOf(e.Cluster, e.Infra, inv))
 	results := map[string]map[string]string{}
 	for i := len(ordered) - 1; i >= 0; i-- {
 		pl := ordered[i]
 		name := pl.Name()
-		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Results: results})
+		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results})
 		if err != nil {
 			p.Unread("the "+name+" plugin's objects", err.Error())
 			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait,
@@ -288,14 +292,14 @@ func (r *run) pluginEnv(ctx context.Context, name string) (Plugin, PluginEnv, er
 	if err != nil {
 		return nil, PluginEnv{}, err
 	}
-	kubeconfig, err := r.e.engineKubeconfig(ctx, r.want.API)
+	kubeconfig, public, err := r.e.kubeconfigs(ctx, r.want.API)
 	if err != nil {
 		return nil, PluginEnv{}, fmt.Errorf("reading the cluster's kubeconfig: %w", err)
 	}
 	if r.results == nil {
 		r.results = map[string]map[string]string{}
 	}
-	return pl, PluginEnv{Cluster: r.e.Cluster, Kubeconfig: kubeconfig, Results: r.results}, nil
+	return pl, PluginEnv{Cluster: r.e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: r.results}, nil
 }
 
 // applyPlugin makes one plugin step and keeps what it returns for the

@@ -4,9 +4,11 @@
 // repository Secret, the root Application and the cluster's Application,
 // and on OpenStack the cinder CSI cloud config on the cluster itself.
 //
-// So far the package renders them from the cluster.yaml and what is known
-// of the cluster, without I/O; the engine does not run it yet (plan says
-// so in a warning), as reading and applying them is still to be built.
+// render.go renders them from the cluster.yaml and what is known of the
+// cluster, without I/O; plugin.go reads them from Argo CD's cluster and
+// the cluster itself (a server-side dry run finds drift), plans, applies
+// (server-side apply) and tears them down, as a reconcile.Plugin. The
+// commands do not run it yet (plan says so in a warning).
 package argocd
 
 import (

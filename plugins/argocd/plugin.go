@@ -1,0 +1,379 @@
+package argocd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"reflect"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/taloscluster/taloscluster/internal/boundedfile"
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+// FieldManager is the field manager of the plugin's server-side applies.
+const FieldManager = "taloscluster"
+
+// callTimeout bounds each request to Argo CD's or the cluster's API.
+const callTimeout = 30 * time.Second
+
+// Plugin is the argocd plugin (reconcile.Plugin).
+type Plugin struct {
+	// files is the cluster directory, where argocd.kubeconfig is read.
+	files fs.FS
+	// ingress is where the cluster's ingress is reached.
+	ingress func(c *spec.Cluster) Ingress
+}
+
+// New returns the plugin for the cluster directory files.
+func New(files fs.FS) *Plugin {
+	return &Plugin{files: files, ingress: proxmoxIngress}
+}
+
+// proxmoxIngress is the ingress pool of a Proxmox cluster, verbatim:
+// network.external's, or network.cluster's.
+func proxmoxIngress(c *spec.Cluster) Ingress {
+	for _, l2 := range []*spec.L2{c.Network.External, &c.Network.Cluster} {
+		if l2 != nil && l2.IngressPool != nil {
+			return Ingress{Pool: []string{l2.IngressPool.String()}}
+		}
+	}
+	return Ingress{}
+}
+
+// Name is the plugin's section.
+func (*Plugin) Name() string { return "argocd" }
+
+// After: the Rancher cluster id goes on the cluster Secret.
+func (*Plugin) After() []string { return []string{"rancher"} }
+
+// Configured: the section names where to apply (argocd.kubeconfig or
+// argocd.context); url and token alone are refused by validate.
+func (*Plugin) Configured(c *spec.Cluster) bool {
+	a := c.Plugins.ArgoCD
+	k, _ := a["kubeconfig"].(string)
+	x, _ := a["context"].(string)
+	return a != nil && (k != "" || x != "")
+}
+
+// where an object goes.
+type where string
+
+const (
+	onArgoCD  where = "argocd"
+	onCluster where = "cluster"
+)
+
+// object is a rendered object, where it goes, and what its API holds of
+// it now.
+type object struct {
+	obj    *unstructured.Unstructured
+	where  where
+	exists bool
+	// drift names what differs from what the object should be; empty
+	// when it matches.
+	drift []string
+}
+
+// state is what Observe read.
+type state struct {
+	objects []object
+}
+
+// Observe renders the registration and reads each object from its API:
+// missing, drifted (a server-side dry run of its apply differs from what
+// is stored) or in place.
+func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcile.PluginState, error) {
+	c := env.Cluster
+	public := env.Public
+	if public == nil {
+		public = env.Kubeconfig
+	}
+	cl, err := ClusterOf(public)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := env.Results["rancher"]; ok {
+		cl.RancherID = r["cluster_id"]
+	}
+	cl.Ingress = p.ingress(c)
+	objs, err := Render(SettingsOf(c), cl)
+	if err != nil {
+		return nil, err
+	}
+	argo, err := p.argoClient(c)
+	if err != nil {
+		return nil, err
+	}
+	clusterCfg, err := clientcmd.RESTConfigFromKubeConfig(env.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's kubeconfig: %w", err)
+	}
+	downstream, err := newClient(clusterCfg)
+	if err != nil {
+		return nil, err
+	}
+	st := &state{}
+	for _, o := range objs.ArgoCD {
+		ob, err := argo.read(ctx, o)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s on Argo CD: %w", describe(o), err)
+		}
+		ob.where = onArgoCD
+		st.objects = append(st.objects, ob)
+	}
+	for _, o := range objs.Cluster {
+		ob, err := downstream.read(ctx, o)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s on the cluster: %w", describe(o), err)
+		}
+		ob.where = onCluster
+		st.objects = append(st.objects, ob)
+	}
+	return st, nil
+}
+
+// argoClient is the client of Argo CD's cluster: the kubeconfig file
+// argocd.kubeconfig names in the cluster directory, and its context
+// argocd.context (or the current one).
+func (p *Plugin) argoClient(c *spec.Cluster) (*client, error) {
+	file, _ := c.Plugins.ArgoCD["kubeconfig"].(string)
+	kctx, _ := c.Plugins.ArgoCD["context"].(string)
+	if file == "" {
+		return nil, errors.New("argocd.context without argocd.kubeconfig needs a default kubeconfig, which this implementation does not read: set argocd.kubeconfig")
+	}
+	name := path.Clean(file)
+	if !fs.ValidPath(name) {
+		return nil, fmt.Errorf("argocd.kubeconfig %q must be a path inside the cluster directory", file)
+	}
+	data, err := boundedfile.ReadFS(p.files, name, boundedfile.Small)
+	if err != nil {
+		return nil, fmt.Errorf("argocd.kubeconfig: %w", err)
+	}
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return nil, fmt.Errorf("argocd.kubeconfig %s: %w", name, err)
+	}
+	rc, err := clientcmd.NewNonInteractiveClientConfig(*cfg, kctx, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("argocd.kubeconfig %s (context %q): %w", name, kctx, err)
+	}
+	return newClient(rc)
+}
+
+// client reaches one API server for unstructured objects.
+type client struct {
+	dyn    dynamic.Interface
+	mapper apimeta.RESTMapper
+}
+
+func newClient(cfg *rest.Config) (*client, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = callTimeout
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &client{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}, nil
+}
+
+func (c *client) resource(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
+	gvk := o.GroupVersionKind()
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("the API does not serve %s (are its CRDs installed?): %w", gvk.Kind, err)
+	}
+	if m.Scope.Name() == apimeta.RESTScopeNameNamespace {
+		return c.dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
+	}
+	return c.dyn.Resource(m.Resource), nil
+}
+
+// read reads o from the API and, when it exists, applies it in a dry run
+// to see what would change.
+func (c *client) read(ctx context.Context, o *unstructured.Unstructured) (object, error) {
+	ri, err := c.resource(o)
+	if err != nil {
+		return object{}, err
+	}
+	have, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return object{obj: o}, nil
+	}
+	if err != nil {
+		return object{}, err
+	}
+	would, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
+	if err != nil {
+		return object{}, fmt.Errorf("a dry run of its apply: %w", err)
+	}
+	return object{obj: o, exists: true, drift: differences(have.Object, would.Object)}, nil
+}
+
+// differences names the top-level fields (and the labels and
+// annotations) in which would differs from have, leaving out what the API
+// server keeps for itself.
+func differences(have, would map[string]any) []string {
+	var out []string
+	for _, k := range []string{"spec", "data", "stringData", "type"} {
+		if !reflect.DeepEqual(have[k], would[k]) {
+			out = append(out, k)
+		}
+	}
+	for _, k := range []string{"labels", "annotations"} {
+		h, _, _ := unstructured.NestedFieldNoCopy(have, "metadata", k)
+		w, _, _ := unstructured.NestedFieldNoCopy(would, "metadata", k)
+		if !reflect.DeepEqual(h, w) {
+			out = append(out, "metadata."+k)
+		}
+	}
+	return out
+}
+
+func describe(o *unstructured.Unstructured) string {
+	if ns := o.GetNamespace(); ns != "" {
+		return o.GetKind() + " " + ns + "/" + o.GetName()
+	}
+	return o.GetKind() + " " + o.GetName()
+}
+
+// kind is a plan's resource kind for an object: its kind in lower case.
+func kind(o *unstructured.Unstructured) plan.ResourceKind {
+	return plan.ResourceKind(strings.ToLower(o.GetKind()))
+}
+
+// Plugin operations.
+type (
+	applyObject  struct{ obj object }
+	deleteObject struct{ obj object }
+)
+
+// Plan applies each object that is missing or drifted; a Secret's
+// values are never shown.
+func (*Plugin) Plan(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Change, error) {
+	st, ok := s.(*state)
+	if !ok {
+		return nil, errors.New("argocd: not its state")
+	}
+	var out []plan.Change
+	for _, o := range st.objects {
+		res := plan.Resource{Kind: kind(o.obj), Name: name(o)}
+		switch {
+		case !o.exists:
+			out = append(out, plan.Change{Action: plan.ActionCreate, Resource: res,
+				Reason: "the cluster's registration (" + string(o.where) + ")", Expects: "it does not exist or matches", Op: applyObject{obj: o}})
+		case len(o.drift) > 0:
+			out = append(out, plan.Change{Action: plan.ActionUpdate, Resource: res,
+				Reason:     "differs from the cluster's registration (" + string(o.where) + ")",
+				Attributes: []plan.Attribute{{Key: "differs", Value: strings.Join(o.drift, ",")}},
+				Expects:    "it exists", Op: applyObject{obj: o}})
+		}
+	}
+	return out, nil
+}
+
+// PlanTeardown deletes what exists, in the Python plugin's order: the
+// cinder Secret on the cluster (never its namespace), then on Argo CD the
+// root Application, the cluster's Application, the AppProject, the
+// cluster Secret and the repository Secret.
+func (*Plugin) PlanTeardown(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Change, error) {
+	st, ok := s.(*state)
+	if !ok {
+		return nil, errors.New("argocd: not its state")
+	}
+	rank := func(o object) int {
+		switch {
+		case o.where == onCluster:
+			return 0
+		case o.obj.GetKind() == "Application" && !strings.HasSuffix(o.obj.GetName(), "-cluster"):
+			return 1
+		case o.obj.GetKind() == "Application":
+			return 2
+		case o.obj.GetKind() == "AppProject":
+			return 3
+		case strings.HasPrefix(o.obj.GetName(), "repo-"):
+			return 5
+		}
+		return 4
+	}
+	var out []plan.Change
+	for r := 0; r <= 5; r++ {
+		for _, o := range st.objects {
+			if rank(o) != r || !o.exists || o.obj.GetKind() == "Namespace" {
+				continue
+			}
+			out = append(out, plan.Change{Action: plan.ActionDelete, Resource: plan.Resource{Kind: kind(o.obj), Name: name(o)},
+				Reason: "destroy: the cluster's registration (" + string(o.where) + ")", Op: deleteObject{obj: o}})
+		}
+	}
+	return out, nil
+}
+
+func name(o object) string {
+	n := o.obj.GetName()
+	if ns := o.obj.GetNamespace(); ns != "" {
+		n = ns + "/" + n
+	}
+	return string(o.where) + ":" + n
+}
+
+// Apply makes one step: a server-side apply, or a delete that finds the
+// object gone done.
+func (p *Plugin) Apply(ctx context.Context, env reconcile.PluginEnv, ch plan.Change) (map[string]string, error) {
+	var o object
+	var del bool
+	switch op := ch.Op.(type) {
+	case applyObject:
+		o = op.obj
+	case deleteObject:
+		o, del = op.obj, true
+	default:
+		return nil, fmt.Errorf("argocd: no operation for %s %s", ch.Action, ch.Resource)
+	}
+	var c *client
+	var err error
+	if o.where == onArgoCD {
+		c, err = p.argoClient(env.Cluster)
+	} else {
+		var cfg *rest.Config
+		if cfg, err = clientcmd.RESTConfigFromKubeConfig(env.Kubeconfig); err == nil {
+			c, err = newClient(cfg)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	ri, err := c.resource(o.obj)
+	if err != nil {
+		return nil, err
+	}
+	if del {
+		err := ri.Delete(ctx, o.obj.GetName(), metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	_, err = ri.Apply(ctx, o.obj.GetName(), o.obj, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	return nil, err
+}

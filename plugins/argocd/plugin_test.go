@@ -1,0 +1,209 @@
+package argocd_test
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/taloscluster/taloscluster/lab/kube/realkube"
+	"github.com/taloscluster/taloscluster/plugins/argocd"
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// installArgoCD makes a real API server look like Argo CD's cluster to the
+// plugin: the argocd namespace, and the Application and AppProject kinds
+// (argoproj.io/v1alpha1, namespaced) with schemas that keep every field.
+func installArgoCD(t *testing.T, dyn dynamic.Interface, cp *realkube.ControlPlane) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := realkube.Client(t, cp.Admin).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: argocd.Namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct{ kind, plural string }{{"Application", "applications"}, {"AppProject", "appprojects"}} {
+		crd := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+			"metadata": map[string]any{"name": k.plural + ".argoproj.io"},
+			"spec": map[string]any{
+				"group": "argoproj.io", "scope": "Namespaced",
+				"names": map[string]any{"kind": k.kind, "plural": k.plural, "singular": strings.ToLower(k.kind), "listKind": k.kind + "List"},
+				"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
+					"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+			},
+		}}
+		if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, name := range []string{"applications.argoproj.io", "appprojects.argoproj.io"} {
+		for {
+			crd, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && established(crd) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("CRD %s not established: %v", name, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func established(crd *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+func steps(t *testing.T, p *argocd.Plugin, c *spec.Cluster, env reconcile.PluginEnv, teardown bool) []plan.Change {
+	t.Helper()
+	st, err := p.Observe(t.Context(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if teardown {
+		out, err := p.PlanTeardown(c, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	out, err := p.Plan(c, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func apply(t *testing.T, p *argocd.Plugin, env reconcile.PluginEnv, chs []plan.Change) {
+	t.Helper()
+	for _, ch := range chs {
+		if _, err := p.Apply(t.Context(), env, ch); err != nil {
+			t.Fatalf("%s %s: %v", ch.Action, ch.Resource, err)
+		}
+	}
+}
+
+func names(chs []plan.Change) []string {
+	var out []string
+	for _, ch := range chs {
+		out = append(out, string(ch.Action)+" "+ch.Resource.Name)
+	}
+	return out
+}
+
+// TestRegistrationOnARealAPIServer: against a real kube-apiserver with
+// Argo CD's kinds, the plugin creates the registration, then plans
+// nothing, finds a changed object and applies it back, keeps Secret
+// values out of its plan, and tears down in the Python plugin's order,
+// leaving cinder's namespace.
+func TestRegistrationOnARealAPIServer(t *testing.T) {
+	t.Parallel()
+	cp := realkube.Start(t, realkube.Options{})
+	dyn, err := dynamic.NewForConfig(cp.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	installArgoCD(t, dyn, cp)
+	kubeconfig, err := os.ReadFile(cp.Kubeconfig(t, "admin", "system:masters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := load(t, "openstack", base+"  cinder: {enabled: true}\n", "argocd:\n  git: {username: bot, token: s3cr3t-git-token}\n")
+	p := argocd.New(fstest.MapFS{"argocd.kubeconfig": {Data: kubeconfig}})
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig, Public: kubeconfig}
+	if !p.Configured(c) {
+		t.Fatal("a cluster with argocd.kubeconfig is not configured")
+	}
+
+	first := steps(t, p, c, env, false)
+	want := []string{"create argocd:argocd/argocd-science-secret", "create argocd:argocd/science", "create argocd:argocd/repo-science",
+		"create argocd:argocd/science", "create argocd:argocd/science-cluster", "create cluster:cinder-csi", "create cluster:cinder-csi/cinder-csi-cloud-config"}
+	if got := names(first); !slices.Equal(got, want) {
+		t.Fatalf("first plan %v, want %v", got, want)
+	}
+	data, _ := json.Marshal(first)
+	for _, secret := range []string{"s3cr3t-git-token", "x0123456789", "Q0VSVA"} {
+		if strings.Contains(string(data), secret) {
+			t.Errorf("the plan's steps show the secret %q", secret)
+		}
+	}
+	apply(t, p, env, first)
+	if again := steps(t, p, c, env, false); len(again) != 0 {
+		t.Fatalf("the plan after applying is %v, want nothing", names(again))
+	}
+
+	// Someone edits the AppProject: it is found and put back.
+	projects := dyn.Resource(schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}).Namespace(argocd.Namespace)
+	proj, err := projects.Get(t.Context(), "science", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(proj.Object, "edited by hand", "spec", "description"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := projects.Update(t.Context(), proj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	drift := steps(t, p, c, env, false)
+	if got := names(drift); !slices.Equal(got, []string{"update argocd:argocd/science"}) || drift[0].Resource.Kind != "appproject" {
+		t.Fatalf("after an edit the plan is %v, want the AppProject's update", got)
+	}
+	apply(t, p, env, drift)
+	proj, err = projects.Get(t.Context(), "science", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, _, _ := unstructured.NestedString(proj.Object, "spec", "description"); d != "science cluster" {
+		t.Errorf("the AppProject's description after the update: %q", d)
+	}
+
+	teardown := steps(t, p, c, env, true)
+	want = []string{"delete cluster:cinder-csi/cinder-csi-cloud-config", "delete argocd:argocd/science", "delete argocd:argocd/science-cluster",
+		"delete argocd:argocd/science", "delete argocd:argocd/argocd-science-secret", "delete argocd:argocd/repo-science"}
+	if got := names(teardown); !slices.Equal(got, want) {
+		t.Fatalf("teardown %v, want %v", got, want)
+	}
+	if teardown[1].Resource.Kind != "application" || teardown[3].Resource.Kind != "appproject" {
+		t.Errorf("teardown kinds %v %v", teardown[1].Resource, teardown[3].Resource)
+	}
+	apply(t, p, env, teardown)
+	if left := steps(t, p, c, env, true); len(left) != 0 {
+		t.Fatalf("after the teardown %v is left", names(left))
+	}
+	core := realkube.Client(t, cp.Admin).CoreV1()
+	if _, err := core.Namespaces().Get(t.Context(), argocd.CinderNamespace, metav1.GetOptions{}); err != nil {
+		t.Errorf("cinder's namespace after the teardown: %v", err)
+	}
+	if _, err := core.Secrets(argocd.Namespace).Get(t.Context(), "repo-science", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the repository Secret after the teardown: %v", err)
+	}
+	// A teardown step whose object is gone meanwhile is done.
+	apply(t, p, env, teardown[:1])
+
+	// A wrong context is an error naming the key, not a panic.
+	bad := load(t, "openstack", base+"  context: nope\n", "")
+	if _, err := p.Observe(t.Context(), reconcile.PluginEnv{Cluster: bad, Kubeconfig: kubeconfig}); err == nil || !strings.Contains(err.Error(), "argocd.kubeconfig") {
+		t.Errorf("an unknown context: %v", err)
+	}
+}
