@@ -62,6 +62,32 @@ type Endpointer interface {
 	APIEndpoint(have Inventory) (vip, public netip.Addr, ok bool)
 }
 
+// Ingresser is an optional capability of an Infra that allocates the
+// address of the cluster's ingress (OpenStack's ingress port): its VIP
+// and the public address in front of it, from what was observed, without
+// I/O; ok is false while it does not exist.
+type Ingresser interface {
+	IngressEndpoint(have Inventory) (vip, public netip.Addr, ok bool)
+}
+
+// ingressOf returns the provider's ingress addresses, "" for those it has
+// not allocated (or when it allocates none).
+func ingressOf(infra Infra, have Inventory) (vip, public string) {
+	in, ok := infra.(Ingresser)
+	if !ok || have == nil {
+		return "", ""
+	}
+	v, p, ok := in.IngressEndpoint(have)
+	if !ok {
+		return "", ""
+	}
+	vip = v.String()
+	if p.IsValid() {
+		public = p.String()
+	}
+	return vip, public
+}
+
 // EndpointOf returns the cluster's API endpoint as the inventory have
 // shows it: the provider's when it allocates it (Endpointer), else
 // cluster.yaml's kubeapi_vip.

@@ -280,9 +280,15 @@ func (e *Engine) Plan(ctx context.Context) (*plan.Plan, error) {
 // OfflinePlan is the plan of a cluster of which nothing exists, made from
 // cluster.yaml alone: the same planner with an observation that found
 // nothing, asking no one.
-func OfflinePlan(c *spec.Cluster, warnings []spec.Problem, infra Infra) (*plan.Plan, error) {
-	want := &Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}}
+func OfflinePlan(c *spec.Cluster, warnings []spec.Problem, infra Infra, plugins ...Plugin) (*plan.Plan, error) {
+	want := &Desired{Cluster: c, Machines: machineconfig.Machines(c), Configs: map[string][]byte{}, Plugins: plugins}
 	obs := Offline(infra)
+	if on, err := orderPlugins(plugins, c); err == nil && len(on) > 0 {
+		obs.Plugins = map[string]pluginFacts{}
+		for _, pl := range on {
+			obs.Plugins[pl.Name()] = pluginFacts{Deferred: "plan --offline reads nothing: its steps are planned and made once the cluster is built and healthy"}
+		}
+	}
 	want.API = EndpointOf(c, infra, obs.Inventory)
 	obs.API = want.API
 	return Plan(want, obs, infra, warnings)

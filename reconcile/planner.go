@@ -136,7 +136,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return nil, err
 	}
 	for _, name := range pluginNamesWithout(c, want.Plugins) {
-		p.Warn(fmt.Sprintf("the %s section is validated, but this version does not run plugins yet; converge will not touch it", name))
+		p.Warn(fmt.Sprintf("the %s section is validated, but the %s plugin does not run here yet; converge will not touch it", name, name))
 	}
 	for _, msg := range unbuiltWarnings(c) {
 		p.Warn(msg)

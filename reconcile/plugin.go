@@ -52,6 +52,10 @@ type PluginEnv struct {
 	// Results holds what the plugins before this one found or made, by
 	// plugin, such as the Rancher cluster id.
 	Results map[string]map[string]string
+	// IngressVIP and IngressPublic are the ingress addresses the provider
+	// allocated (OpenStack's ingress port and its floating IP), "" when
+	// it allocates none.
+	IngressVIP, IngressPublic string
 }
 
 // pluginFacts is what the observation holds of one configured plugin.
@@ -128,12 +132,14 @@ func (e *Engine) observePlugins(ctx context.Context, obs *Observation) error {
 		}
 	}
 	results := map[string]map[string]string{}
+	vip, ingressPublic := ingressOf(e.Infra, obs.Inventory)
 	for _, pl := range plugins {
 		if deferred != "" {
 			obs.Plugins[pl.Name()] = pluginFacts{Deferred: deferred}
 			continue
 		}
-		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results})
+		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results,
+			IngressVIP: vip, IngressPublic: ingressPublic})
 		if err != nil {
 			obs.Plugins[pl.Name()] = pluginFacts{Unread: err.Error()}
 			continue
@@ -174,10 +180,12 @@ func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) 
 	// the same: what it made elsewhere may exist.
 	kubeconfig, public, _ := e.kubeconfigs(ctx, EndpointOf(e.Cluster, e.Infra, inv))
 	results := map[string]map[string]string{}
+	vip, publicIngress := ingressOf(e.Infra, inv)
 	for i := len(ordered) - 1; i >= 0; i-- {
 		pl := ordered[i]
 		name := pl.Name()
-		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results})
+		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results,
+			IngressVIP: vip, IngressPublic: publicIngress})
 		if err != nil {
 			p.Unread("the "+name+" plugin's objects", err.Error())
 			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait,
@@ -332,6 +340,14 @@ func (r *run) runDeferred(ctx context.Context, name string) error {
 	pl, env, err := r.pluginEnv(ctx, name)
 	if err != nil {
 		return err
+	}
+	if _, allocates := r.e.Infra.(Ingresser); allocates {
+		// The ingress was allocated by this run: read where it is now.
+		inv, err := r.e.Infra.Observe(ctx)
+		if err != nil {
+			return fmt.Errorf("reading the cluster's ingress addresses: %w", err)
+		}
+		env.IngressVIP, env.IngressPublic = ingressOf(r.e.Infra, inv)
 	}
 	st, err := pl.Observe(ctx, env)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/taloscluster/taloscluster/plugins/argocd"
 	"github.com/taloscluster/taloscluster/providers/openstack"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -50,7 +51,15 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("no provider for %q", c.Provider)}
 	}
 	local := state.Local{Dir: dir}
-	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: local, Journal: local, Key: dir, Infra: infra, Progress: cmd.OutOrStdout()}, nil
+	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: local, Journal: local, Key: dir, Infra: infra, Progress: cmd.OutOrStdout(),
+		Plugins: cliPlugins(dir)}, nil
+}
+
+// cliPlugins are the plugins the commands run for a cluster directory.
+// The agent runs none yet: argocd.kubeconfig names a file of the cluster
+// directory, which in a pull request is anyone's to write.
+func cliPlugins(dir string) []reconcile.Plugin {
+	return []reconcile.Plugin{argocd.New(os.DirFS(dir))}
 }
 
 func newConverge() *cobra.Command {

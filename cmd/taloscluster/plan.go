@@ -49,7 +49,7 @@ func newPlan() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := reconcile.OfflinePlan(c, warnings, infra)
+			p, err := reconcile.OfflinePlan(c, warnings, infra, cliPlugins(dir)...)
 			if err != nil {
 				return err
 			}

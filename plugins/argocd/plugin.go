@@ -113,6 +113,10 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 		cl.RancherID = r["cluster_id"]
 	}
 	cl.Ingress = p.ingress(c)
+	if env.IngressVIP != "" {
+		// OpenStack: MetalLB announces the ingress port's address.
+		cl.Ingress = Ingress{VIP: env.IngressVIP, FloatingIP: env.IngressPublic}
+	}
 	objs, err := Render(SettingsOf(c), cl)
 	if err != nil {
 		return nil, err

@@ -7,9 +7,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,58 +20,6 @@ import (
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
-
-var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-
-// installArgoCD makes a real API server look like Argo CD's cluster to the
-// plugin: the argocd namespace, and the Application and AppProject kinds
-// (argoproj.io/v1alpha1, namespaced) with schemas that keep every field.
-func installArgoCD(t *testing.T, dyn dynamic.Interface, cp *realkube.ControlPlane) {
-	t.Helper()
-	ctx := t.Context()
-	if _, err := realkube.Client(t, cp.Admin).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: argocd.Namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []struct{ kind, plural string }{{"Application", "applications"}, {"AppProject", "appprojects"}} {
-		crd := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-			"metadata": map[string]any{"name": k.plural + ".argoproj.io"},
-			"spec": map[string]any{
-				"group": "argoproj.io", "scope": "Namespaced",
-				"names": map[string]any{"kind": k.kind, "plural": k.plural, "singular": strings.ToLower(k.kind), "listKind": k.kind + "List"},
-				"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
-					"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
-			},
-		}}
-		if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, name := range []string{"applications.argoproj.io", "appprojects.argoproj.io"} {
-		for {
-			crd, err := dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
-			if err == nil && established(crd) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("CRD %s not established: %v", name, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-}
-
-func established(crd *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
-}
 
 func steps(t *testing.T, p *argocd.Plugin, c *spec.Cluster, env reconcile.PluginEnv, teardown bool) []plan.Change {
 	t.Helper()
@@ -124,14 +70,14 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installArgoCD(t, dyn, cp)
+	cp.InstallArgoCD(t)
 	kubeconfig, err := os.ReadFile(cp.Kubeconfig(t, "admin", "system:masters"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := load(t, "openstack", base+"  cinder: {enabled: true}\n", "argocd:\n  git: {username: bot, token: s3cr3t-git-token}\n")
 	p := argocd.New(fstest.MapFS{"argocd.kubeconfig": {Data: kubeconfig}})
-	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig, Public: kubeconfig}
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig, Public: kubeconfig, IngressVIP: "10.0.0.2", IngressPublic: "1.2.3.5"}
 	if !p.Configured(c) {
 		t.Fatal("a cluster with argocd.kubeconfig is not configured")
 	}
@@ -151,6 +97,15 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 	apply(t, p, env, first)
 	if again := steps(t, p, c, env, false); len(again) != 0 {
 		t.Fatalf("the plan after applying is %v, want nothing", names(again))
+	}
+	applications := dyn.Resource(schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "applications"}).Namespace(argocd.Namespace)
+	app, err := applications.Get(t.Context(), "science-cluster", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := values(t, app)
+	if get(t, v, "ingresscontroller", "privateIP") != "10.0.0.2" || get(t, v, "ingresscontroller", "publicIP") != "1.2.3.5" {
+		t.Errorf("the provider's ingress addresses are not the Application's: %v", get(t, v, "ingresscontroller"))
 	}
 
 	// Someone edits the AppProject: it is found and put back.

@@ -178,6 +178,12 @@ func TestFirstBuildSecondConvergeAndEndpoints(t *testing.T) {
 	if !obs.API.Known || obs.API.Public == "" || !w.lab.OpenStackExternalCIDR.Contains(obs.API.PublicAddr) {
 		t.Fatalf("API endpoint %+v: want the kubeapi VIP with a floating IP from %s", obs.API, w.lab.OpenStackExternalCIDR)
 	}
+	// The ingress port's address and floating IP, which the argocd
+	// plugin gives MetalLB and the ingress controller.
+	ivip, ipublic, ok := e.Infra.(reconcile.Ingresser).IngressEndpoint(obs.Inventory)
+	if !ok || !ipublic.IsValid() || !w.lab.OpenStackExternalCIDR.Contains(ipublic) || ivip == obs.API.VIP {
+		t.Errorf("ingress endpoint %s, %s, %v: want the ingress port's own address with a floating IP from %s", ivip, ipublic, ok, w.lab.OpenStackExternalCIDR)
+	}
 	data, err := os.ReadFile(filepath.Join(w.dir, reconcile.KubeconfigFile))
 	if err != nil {
 		t.Fatal(err)

@@ -294,6 +294,24 @@ func (p *Provider) APIEndpoint(have reconcile.Inventory) (vip, public netip.Addr
 	return vip, public, ok
 }
 
+// IngressEndpoint (reconcile.Ingresser) is the ingress port's fixed
+// address and its floating IP.
+func (p *Provider) IngressEndpoint(have reconcile.Inventory) (vip, public netip.Addr, ok bool) {
+	inv, isOurs := have.(*inventory)
+	if !isOurs {
+		return netip.Addr{}, netip.Addr{}, false
+	}
+	port, found := inv.ports[p.ingressName()]
+	if !found {
+		return netip.Addr{}, netip.Addr{}, false
+	}
+	vip, ok = fixedAddr(port)
+	if fip, found := inv.fips[p.ingressName()]; found {
+		public, _ = netip.ParseAddr(fip.FloatingIP)
+	}
+	return vip, public, ok
+}
+
 // Names of the cluster's OpenStack objects.
 func (p *Provider) netName() string     { return p.c.Name + "-net" }
 func (p *Provider) subnetName() string  { return p.c.Name + "-subnet" }

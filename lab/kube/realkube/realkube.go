@@ -24,6 +24,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -287,4 +292,63 @@ contexts:
     user: lab
 current-context: lab
 `, server, b64(ca), b64(cert), b64(key))
+}
+
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// InstallArgoCD makes the control plane look like Argo CD's cluster to
+// a client: the argocd namespace, and Argo CD's Application and
+// AppProject kinds (argoproj.io/v1alpha1, namespaced) with schemas that
+// keep every field. It waits until the kinds are served.
+func (cp *ControlPlane) InstallArgoCD(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := Client(t, cp.Admin).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "argocd"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cp.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := []struct{ kind, plural string }{{"Application", "applications"}, {"AppProject", "appprojects"}}
+	for _, k := range kinds {
+		crd := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+			"metadata": map[string]any{"name": k.plural + ".argoproj.io"},
+			"spec": map[string]any{
+				"group": "argoproj.io", "scope": "Namespaced",
+				"names": map[string]any{"kind": k.kind, "plural": k.plural, "singular": strings.ToLower(k.kind), "listKind": k.kind + "List"},
+				"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
+					"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+			},
+		}}
+		if _, err := dyn.Resource(crdResource).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, k := range kinds {
+		for !established(ctx, dyn, k.plural+".argoproj.io") {
+			if time.Now().After(deadline) {
+				t.Fatalf("the %s kind was not served within 30s", k.kind)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// established reports whether the CRD name is served.
+func established(ctx context.Context, dyn dynamic.Interface, name string) bool {
+	crd, err := dyn.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Established" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
 }
