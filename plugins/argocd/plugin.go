@@ -89,6 +89,8 @@ type object struct {
 	// drift names what differs from what the object should be; empty
 	// when it matches.
 	drift []string
+	// orphan is set for an object that should not exist any more.
+	orphan bool
 }
 
 // state is what Observe read.
@@ -149,6 +151,19 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 		}
 		ob.where = onCluster
 		st.objects = append(st.objects, ob)
+	}
+	if len(objs.Cluster) == 0 && c.Provider == spec.ProviderOpenStack {
+		// cinder turned off: a cloud config an earlier converge wrote is
+		// the cluster's OpenStack credential left behind.
+		orphan := obj(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": meta(CinderSecret, CinderNamespace, nil)})
+		ob, err := downstream.read(ctx, orphan)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s on the cluster: %w", describe(orphan), err)
+		}
+		if ob.exists {
+			ob.where, ob.orphan = onCluster, true
+			st.objects = append(st.objects, ob)
+		}
 	}
 	return st, nil
 }
@@ -283,6 +298,9 @@ func (*Plugin) Plan(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Change, er
 	for _, o := range st.objects {
 		res := plan.Resource{Kind: kind(o.obj), Name: name(o)}
 		switch {
+		case o.orphan:
+			out = append(out, plan.Change{Action: plan.ActionDelete, Resource: res,
+				Reason: "argocd.cinder is not enabled: the cloud config an earlier converge wrote (the OpenStack credential) is removed", Op: deleteObject{obj: o}})
 		case !o.exists:
 			out = append(out, plan.Change{Action: plan.ActionCreate, Resource: res,
 				Reason: "the cluster's registration (" + string(o.where) + ")", Expects: "it does not exist or matches", Op: applyObject{obj: o}})

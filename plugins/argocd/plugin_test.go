@@ -108,6 +108,25 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 		t.Errorf("the provider's ingress addresses are not the Application's: %v", get(t, v, "ingresscontroller"))
 	}
 
+	// cinder turned off: the cloud config (the OpenStack credential) is
+	// removed from the cluster; turned on again, it is made again.
+	off := load(t, "openstack", base, "argocd:\n  git: {username: bot, token: s3cr3t-git-token}\n")
+	offEnv := env
+	offEnv.Cluster = off
+	orphan := steps(t, p, off, offEnv, false)
+	if got := names(orphan); !slices.Equal(got, []string{"update argocd:argocd/science-cluster", "delete cluster:cinder-csi/cinder-csi-cloud-config"}) {
+		t.Fatalf("with cinder off the plan is %v, want the values' update and the cloud config's removal", got)
+	}
+	apply(t, p, offEnv, orphan)
+	if again := steps(t, p, off, offEnv, false); len(again) != 0 {
+		t.Fatalf("with cinder off, after the removal, the plan is %v", names(again))
+	}
+	back := steps(t, p, c, env, false)
+	if got := names(back); !slices.Equal(got, []string{"update argocd:argocd/science-cluster", "create cluster:cinder-csi/cinder-csi-cloud-config"}) {
+		t.Fatalf("with cinder on again the plan is %v", got)
+	}
+	apply(t, p, env, back)
+
 	// Someone edits the AppProject: it is found and put back.
 	projects := dyn.Resource(schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}).Namespace(argocd.Namespace)
 	proj, err := projects.Get(t.Context(), "science", metav1.GetOptions{})
