@@ -47,20 +47,33 @@ const (
 // names a missing file fails the test.
 func Binaries(t testing.TB) map[string]string {
 	t.Helper()
-	bins := map[string]string{}
+	bins, ok, err := FromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Skipf("set %s, %s and %s to the kube-apiserver, kube-controller-manager and etcd binaries to run "+
+			"this test against a real server (eval \"$(bash .ci/kube-binaries.sh)\" builds them; CI always does)",
+			EnvAPIServer, EnvController, EnvEtcd)
+	}
+	return bins
+}
+
+// FromEnv returns the binaries the environment names; ok is false when a
+// variable is unset, and a variable that names a missing file is an error.
+func FromEnv() (bins map[string]string, ok bool, err error) {
+	bins = map[string]string{}
 	for _, env := range []string{EnvAPIServer, EnvController, EnvEtcd} {
 		p := os.Getenv(env)
 		if p == "" {
-			t.Skipf("set %s, %s and %s to the kube-apiserver, kube-controller-manager and etcd binaries to run "+
-				"this test against a real server (eval \"$(bash .ci/kube-binaries.sh)\" builds them; CI always does)",
-				EnvAPIServer, EnvController, EnvEtcd)
+			return nil, false, nil
 		}
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("%s: %v", env, err)
+			return nil, false, fmt.Errorf("%s: %w", env, err)
 		}
 		bins[env] = p
 	}
-	return bins
+	return bins, true, nil
 }
 
 // Options shape the control plane.
@@ -80,6 +93,10 @@ type ControlPlane struct {
 	// certificates.
 	CACert, CAKey []byte
 	dir           string
+	// adminCert and adminKey are Admin's client certificate.
+	adminCert, adminKey []byte
+	procs               []*process
+	took                time.Duration // until the API server was ready
 }
 
 // Start starts a control plane from Binaries(t), ready to serve; it
@@ -114,39 +131,60 @@ func Client(t testing.TB, cfg *rest.Config) kubernetes.Interface {
 	return c
 }
 
-// start starts etcd, kube-apiserver and the controller manager on
-// 127.0.0.1 ports picked at random, with certificates from a fresh CA, and
-// waits until the API server is ready. Everything stops with the test.
+// start starts a control plane in a directory of the test's, stopped
+// when the test ends (with the end of each log shown when it failed).
 func start(t testing.TB, bins map[string]string, opts Options) *ControlPlane {
 	t.Helper()
-	dir := t.TempDir()
-	caCert, caKey, err := kube.NewCA("kubernetes")
+	cp, err := Launch(t.TempDir(), bins, opts)
+	if cp != nil {
+		t.Cleanup(func() {
+			cp.Stop()
+			if t.Failed() {
+				t.Log(cp.Logs(40))
+			}
+		})
+	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Logf("etcd and kube-apiserver ready in %v", cp.took.Round(time.Millisecond))
+	return cp
+}
+
+// Launch starts etcd, kube-apiserver and, when opts name controllers,
+// kube-controller-manager from bins (by their variables' names) on
+// 127.0.0.1 ports picked at random, with certificates from a fresh CA, their
+// files and logs in dir, and waits until the API server is ready. Stop
+// stops them. On an error it returns the control plane too when a process
+// was started, so that it can be stopped and its logs read.
+func Launch(dir string, bins map[string]string, opts Options) (*ControlPlane, error) {
+	caCert, caKey, err := kube.NewCA("kubernetes")
+	if err != nil {
+		return nil, err
 	}
 	serving, servingKey, err := kube.ServingCert(caCert, caKey, "127.0.0.1", "localhost", "kubernetes", "kubernetes.default")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	saPriv, err := x509.MarshalECPrivateKey(saKey)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	adminCert, adminKey, err := kube.ClientCert(caCert, caKey, "admin", "system:masters")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	kcmCert, kcmKey, err := kube.ClientCert(caCert, caKey, "system:kube-controller-manager", "system:masters")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	files := map[string][]byte{
 		"ca.crt": caCert, "apiserver.crt": serving, "apiserver.key": servingKey,
@@ -155,25 +193,32 @@ func start(t testing.TB, bins map[string]string, opts Options) *ControlPlane {
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 	}
-	ports := freePorts(t, 3)
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
 	etcdClient := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	etcdPeer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	apiURL := fmt.Sprintf("https://127.0.0.1:%d", ports[2])
 	kubeconfig := filepath.Join(dir, "kcm.kubeconfig")
 	if err := os.WriteFile(kubeconfig, kubeconfigFile(apiURL, caCert, kcmCert, kcmKey), 0o600); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
+	admin := &rest.Config{Host: apiURL, TLSClientConfig: rest.TLSClientConfig{CAData: caCert, CertData: adminCert, KeyData: adminKey}}
+	cp := &ControlPlane{URL: apiURL, Admin: admin, CACert: caCert, CAKey: caKey, dir: dir, adminCert: adminCert, adminKey: adminKey}
 
-	start := time.Now()
-	startProcess(t, dir, "etcd", bins[EnvEtcd],
+	started := time.Now()
+	if err := cp.startProcess("etcd", bins[EnvEtcd],
 		"--name=default", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+etcdClient, "--advertise-client-urls="+etcdClient,
 		"--listen-peer-urls="+etcdPeer, "--initial-advertise-peer-urls="+etcdPeer,
-		"--initial-cluster=default="+etcdPeer, "--log-level=warn", "--unsafe-no-fsync")
-	startProcess(t, dir, "kube-apiserver", bins[EnvAPIServer],
+		"--initial-cluster=default="+etcdPeer, "--log-level=warn", "--unsafe-no-fsync"); err != nil {
+		return cp, err
+	}
+	if err := cp.startProcess("kube-apiserver", bins[EnvAPIServer],
 		"--etcd-servers="+etcdClient,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
 		// The kubernetes service's endpoints cannot point at a loopback address.
@@ -187,87 +232,120 @@ func start(t testing.TB, bins map[string]string, opts Options) *ControlPlane {
 		"--service-cluster-ip-range=10.96.0.0/16",
 		// No controller creates the default service account of a namespace.
 		"--disable-admission-plugins=ServiceAccount",
-		"--cert-dir="+filepath.Join(dir, "certs"))
+		"--cert-dir="+filepath.Join(dir, "certs")); err != nil {
+		return cp, err
+	}
 
-	admin := &rest.Config{Host: apiURL, TLSClientConfig: rest.TLSClientConfig{CAData: caCert, CertData: adminCert, KeyData: adminKey}}
 	client, err := kubernetes.NewForConfig(admin)
 	if err != nil {
-		t.Fatal(err)
+		return cp, err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		rctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
 		cancel()
 		if err == nil && string(body) == "ok" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("waiting for kube-apiserver to be ready: %v", err)
+			return cp, fmt.Errorf("waiting for kube-apiserver to be ready: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("etcd and kube-apiserver ready in %v", time.Since(start).Round(time.Millisecond))
+	cp.took = time.Since(started)
 	if len(opts.Controllers) > 0 {
-		startProcess(t, dir, "kube-controller-manager", bins[EnvController],
+		if err := cp.startProcess("kube-controller-manager", bins[EnvController],
 			"--kubeconfig="+kubeconfig, "--controllers="+strings.Join(opts.Controllers, ","), "--leader-elect=false",
-			"--secure-port=0", "--use-service-account-credentials=false")
+			"--secure-port=0", "--use-service-account-credentials=false"); err != nil {
+			return cp, err
+		}
 	}
-	return &ControlPlane{URL: apiURL, Admin: admin, CACert: caCert, CAKey: caKey, dir: dir}
+	return cp, nil
 }
 
-// startProcess runs a binary with its output in dir/NAME.log, stops it
-// (SIGTERM, then SIGKILL after 10s) when the test ends, and shows the end
-// of its log if the test failed.
-func startProcess(t testing.TB, dir, name, bin string, args ...string) {
-	t.Helper()
-	logPath := filepath.Join(dir, name+".log")
-	logFile, err := os.Create(logPath)
+// process is one running binary of a control plane.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	log    *os.File
+	exited chan error
+}
+
+// startProcess runs a binary with its output in dir/NAME.log.
+func (cp *ControlPlane) startProcess(name, bin string, args ...string) error {
+	logFile, err := os.Create(filepath.Join(cp.dir, name+".log"))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Dir = dir
+	cmd.Dir = cp.dir
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
 		_ = logFile.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-			t.Logf("last lines of the %s log:\n%s", name, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logFile, exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait() }()
+	cp.procs = append(cp.procs, p)
+	return nil
+}
+
+// Stop stops the control plane's processes, the last started first
+// (SIGTERM, then SIGKILL after 10s).
+func (cp *ControlPlane) Stop() {
+	for i := len(cp.procs) - 1; i >= 0; i-- {
+		p := cp.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
 		}
-	})
+		_ = p.log.Close()
+	}
+	cp.procs = nil
+}
+
+// Logs returns the last n lines of each process's log.
+func (cp *ControlPlane) Logs(n int) string {
+	var b strings.Builder
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager"} {
+		data, err := os.ReadFile(filepath.Join(cp.dir, name+".log"))
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		fmt.Fprintf(&b, "last lines of the %s log:\n%s\n", name, strings.Join(lines[max(0, len(lines)-n):], "\n"))
+	}
+	return b.String()
+}
+
+// AdminKubeconfig is a kubeconfig of the control plane's admin (in
+// system:masters).
+func (cp *ControlPlane) AdminKubeconfig() []byte {
+	return kubeconfigFile(cp.URL, cp.CACert, cp.adminCert, cp.adminKey)
 }
 
 // freePorts returns n TCP ports on 127.0.0.1 that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
+func freePorts(n int) ([]int, error) {
 	var ports []int
 	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			_ = ln.Close()
+		}
+	}()
 	for range n {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		lns = append(lns, ln)
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	for _, ln := range lns {
-		_ = ln.Close()
-	}
-	return ports
+	return ports, nil
 }
 
 // kubeconfigFile is a kubeconfig for one server and one client certificate.
@@ -296,19 +374,30 @@ current-context: lab
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// InstallArgoCD makes the control plane look like Argo CD's cluster to
-// a client: the argocd namespace, and Argo CD's Application and
-// AppProject kinds (argoproj.io/v1alpha1, namespaced) with schemas that
-// keep every field. It waits until the kinds are served.
+// InstallArgoCD makes the control plane look like Argo CD's cluster
+// (InstallArgoCDKinds), failing the test when it cannot.
 func (cp *ControlPlane) InstallArgoCD(t testing.TB) {
 	t.Helper()
-	ctx := context.Background()
-	if _, err := Client(t, cp.Admin).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "argocd"}}, metav1.CreateOptions{}); err != nil {
+	if err := InstallArgoCDKinds(context.Background(), cp.Admin); err != nil {
 		t.Fatal(err)
 	}
-	dyn, err := dynamic.NewForConfig(cp.Admin)
+}
+
+// InstallArgoCDKinds makes the API server of cfg look like Argo CD's
+// cluster to a client: the argocd namespace, and Argo CD's Application and
+// AppProject kinds (argoproj.io/v1alpha1, namespaced) with schemas that
+// keep every field. It waits until the kinds are served.
+func InstallArgoCDKinds(ctx context.Context, cfg *rest.Config) error {
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		t.Fatal(err)
+		return err
+	}
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "argocd"}}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the argocd namespace: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
 	}
 	kinds := []struct{ kind, plural string }{{"Application", "applications"}, {"AppProject", "appprojects"}}
 	for _, k := range kinds {
@@ -323,18 +412,19 @@ func (cp *ControlPlane) InstallArgoCD(t testing.TB) {
 			},
 		}}
 		if _, err := dyn.Resource(crdResource).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+			return fmt.Errorf("creating the %s kind: %w", k.kind, err)
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, k := range kinds {
 		for !established(ctx, dyn, k.plural+".argoproj.io") {
 			if time.Now().After(deadline) {
-				t.Fatalf("the %s kind was not served within 30s", k.kind)
+				return fmt.Errorf("the %s kind was not served within 30s", k.kind)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	return nil
 }
 
 // established reports whether the CRD name is served.
