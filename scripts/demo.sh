@@ -39,6 +39,22 @@ sed -n '/^name:/,$p' "$cluster/cluster.yaml"
 echo
 echo "== taloscluster plan (nothing exists yet)"
 "$bin/taloscluster" plan -C "$cluster" | tail -n 3
+if [ -n "${TALOSLAB_ARGOCD_KUBECONFIG:-}" ]; then
+	echo
+	echo "== argocd: converge registers the cluster with Argo CD at its end (the lab's Argo CD side)"
+	cp "$TALOSLAB_ARGOCD_KUBECONFIG" "$cluster/argocd.kubeconfig"
+	cat >> "$cluster/cluster.yaml" <<'YAML'
+
+argocd:
+  kubeconfig: argocd.kubeconfig
+  admins: [ops@example.org]
+  git: {url: https://git.example.org/k8s/apps.git}
+  infra: {url: https://git.example.org/k8s/infra.git}
+YAML
+else
+	echo
+	echo "== argocd: skipped, the lab has no Argo CD side (no real kube-apiserver named; .ci/kube-binaries.sh)"
+fi
 echo
 echo "== taloscluster converge --yes"
 "$bin/taloscluster" converge --yes -C "$cluster"

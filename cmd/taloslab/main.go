@@ -62,9 +62,16 @@
 // directory) on TALOSLAB_OPENSTACK_GITOPS_NET; the provider creates those
 // subnets. These three /24 blocks are reserved like the bridges' (the
 // first free among 127.44.0.0/24, 127.45.0.0/24, 127.46.0.0/24, then
-// 127.21 to 127.49, then the bridges' candidates). The production
-// OpenStack provider only plans offline so far: converging either cluster
-// fails.
+// 127.21 to 127.49, then the bridges' candidates).
+//
+// When the environment names the real kube-apiserver, kube-controller-
+// manager and etcd (TALOSLAB_KUBE_APISERVER, TALOSLAB_KUBE_CONTROLLER_MANAGER,
+// TALOSLAB_ETCD, as .ci/kube-binaries.sh prints them), up also starts the
+// Argo CD side: a real kube-apiserver on 127.0.0.1 with Argo CD's argocd
+// namespace and its Application and AppProject kinds (served with schemas
+// that keep every field, not Argo CD's controllers: nothing syncs), its
+// admin kubeconfig in DIR/argocd.kubeconfig, exported as
+// TALOSLAB_ARGOCD_KUBECONFIG (empty without the binaries).
 //
 // examples/proxmox-legacy is a cluster already running in the lab exactly
 // as the Python taloscluster would have left it (lab.WriteLegacyCluster):
@@ -154,6 +161,7 @@ import (
 	"time"
 
 	"github.com/taloscluster/taloscluster/lab"
+	"github.com/taloscluster/taloscluster/lab/kube/realkube"
 	"github.com/taloscluster/taloscluster/lab/forge"
 	"github.com/taloscluster/taloscluster/lab/kube"
 	"github.com/taloscluster/taloscluster/reconcile/state"
@@ -194,6 +202,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	grace := fs.Duration("node-monitor-grace-period", kube.DefaultNodeMonitorGracePeriod,
 		"time after a node's kubelet stopped until its Kubernetes node turns NotReady (Unknown), as kube-controller-manager's flag of that name")
 	verbose := fs.Bool("v", false, "log every lab event to stderr")
+	withArgo := fs.Bool("argocd", true, "start the Argo CD side when the environment names the real kube-apiserver and etcd")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -232,6 +241,16 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer gitops.close()
 
+	var argo *realkube.ControlPlane
+	if *withArgo {
+		if argo, err = startArgoCD(ctx, *dir, log); err != nil {
+			return err
+		}
+	}
+	if argo != nil {
+		defer argo.Stop()
+	}
+
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listening for the control API: %w", err)
@@ -241,7 +260,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer control.Close()
 	controlURL := "http://" + ln.Addr().String()
 
-	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets); err != nil {
+	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets, argo != nil); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, OpenStack %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.OpenStackURL, l.FactoryURL, controlURL)
@@ -259,7 +278,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // writeLabFiles writes the CA, the example clusters (building the legacy
 // one in the lab) and, last, lab.env, so
 // a script can wait for lab.env to know the lab is ready.
-func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation) error {
+func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation, argo bool) error {
 	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -321,12 +340,13 @@ export TALOSLAB_OPENSTACK_EXTERNAL_NET=%q
 export TALOSLAB_OPENSTACK_EXTERNAL_CIDR=%q
 export TALOSLAB_OPENSTACK_EXAMPLE_NET=%q
 export TALOSLAB_OPENSTACK_GITOPS_NET=%q
-`, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
+%s`, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
 		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
 		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(), nets.nets["vmbr2"].String(),
 		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest,
 		l.OpenStackURL, l.OpenStackCredential.ID, l.OpenStackCredential.Secret, l.OpenStackRegion, ca,
-		l.OpenStackExternalNet, l.OpenStackExternalCIDR.String(), nets.openstack["examples/openstack"].String(), nets.openstack["clusters/openstack"].String())
+		l.OpenStackExternalNet, l.OpenStackExternalCIDR.String(), nets.openstack["examples/openstack"].String(), nets.openstack["clusters/openstack"].String(),
+		argoCDEnv(dir, argo))
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
 }
 
@@ -336,4 +356,54 @@ func joinNets(ps []netip.Prefix) string {
 		parts[i] = p.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// argoCDKubeconfig is the file, in the lab's directory, of the admin
+// kubeconfig of the Argo CD side.
+const argoCDKubeconfig = "argocd.kubeconfig"
+
+// startArgoCD starts the Argo CD side of the lab when the environment
+// names the real kube-apiserver and etcd (.ci/kube-binaries.sh): a control
+// plane with Argo CD's namespace and kinds, its admin kubeconfig in
+// DIR/argocd.kubeconfig. Without them it starts nothing and says so.
+func startArgoCD(ctx context.Context, dir string, log *slog.Logger) (*realkube.ControlPlane, error) {
+	bins, ok, err := realkube.FromEnv()
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		log.Warn("the Argo CD side is not started: set " + realkube.EnvAPIServer + ", " + realkube.EnvController + " and " + realkube.EnvEtcd +
+			` (eval "$(bash .ci/kube-binaries.sh)")`)
+		return nil, nil
+	}
+	cpDir := filepath.Join(dir, "argocd")
+	if err := os.MkdirAll(cpDir, 0o700); err != nil {
+		return nil, err
+	}
+	cp, err := realkube.Launch(cpDir, bins, realkube.Options{})
+	if err != nil {
+		if cp != nil {
+			cp.Stop()
+			return nil, fmt.Errorf("starting the Argo CD side: %w\n%s", err, cp.Logs(20))
+		}
+		return nil, fmt.Errorf("starting the Argo CD side: %w", err)
+	}
+	if err := realkube.InstallArgoCDKinds(ctx, cp.Admin); err != nil {
+		cp.Stop()
+		return nil, fmt.Errorf("installing Argo CD's kinds: %w", err)
+	}
+	if err := state.WriteFile(filepath.Join(dir, argoCDKubeconfig), cp.AdminKubeconfig(), 0o600); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+// argoCDEnv is lab.env's part on the Argo CD side.
+func argoCDEnv(dir string, started bool) string {
+	if !started {
+		return "# No Argo CD side: the real kube-apiserver and etcd were not named (.ci/kube-binaries.sh).\nexport TALOSLAB_ARGOCD_KUBECONFIG=\"\"\n"
+	}
+	return fmt.Sprintf("# The Argo CD side: a real kube-apiserver with Argo CD's namespace and kinds\n# (Application, AppProject); its admin kubeconfig.\nexport TALOSLAB_ARGOCD_KUBECONFIG=%q\n",
+		filepath.Join(dir, argoCDKubeconfig))
 }

@@ -67,7 +67,9 @@ func launch(t *testing.T, args ...string) (*runningLab, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runningLab{dir: t.TempDir(), done: make(chan error, 1), stderr: &syncBuffer{}}
 	go func() {
-		r.done <- up(ctx, append([]string{"--dir", r.dir, "--boot-delay", "10ms", "--install-delay", "10ms"}, args...), io.Discard, r.stderr)
+		// The Argo CD side only where a test asks for it (--argocd=true
+		// after these).
+		r.done <- up(ctx, append([]string{"--dir", r.dir, "--boot-delay", "10ms", "--install-delay", "10ms", "--argocd=false"}, args...), io.Discard, r.stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()
