@@ -2,6 +2,7 @@ package argocd
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -111,8 +113,18 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 	if err != nil {
 		return nil, err
 	}
+	clusterCfg, err := clientcmd.RESTConfigFromKubeConfig(env.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's kubeconfig: %w", err)
+	}
+	downstream, err := newClient(clusterCfg)
+	if err != nil {
+		return nil, err
+	}
 	if r, ok := env.Results["rancher"]; ok {
 		cl.RancherID = r["cluster_id"]
+	} else if cl.RancherID, err = downstream.rancherID(ctx); err != nil {
+		return nil, err
 	}
 	cl.Ingress = p.ingress(c)
 	if env.IngressVIP != "" {
@@ -124,14 +136,6 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 		return nil, err
 	}
 	argo, err := p.argoClient(c)
-	if err != nil {
-		return nil, err
-	}
-	clusterCfg, err := clientcmd.RESTConfigFromKubeConfig(env.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("the cluster's kubeconfig: %w", err)
-	}
-	downstream, err := newClient(clusterCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +230,32 @@ func (c *client) resource(o *unstructured.Unstructured) (dynamic.ResourceInterfa
 		return c.dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
 	}
 	return c.dyn.Resource(m.Resource), nil
+}
+
+// rancherID is the id Rancher gave the cluster, as its agent keeps it:
+// the namespace field of the first cattle-credentials Secret in
+// cattle-system; "" without a Rancher agent.
+func (c *client) rancherID(ctx context.Context) (string, error) {
+	secrets := c.dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "secrets"}).Namespace("cattle-system")
+	list, err := secrets.List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the cluster's Rancher identity (Secrets in cattle-system): %w", err)
+	}
+	for _, item := range list.Items {
+		if !strings.HasPrefix(item.GetName(), "cattle-credentials") {
+			continue
+		}
+		enc, _, _ := unstructured.NestedString(item.Object, "data", "namespace")
+		id, err := base64.StdEncoding.DecodeString(enc)
+		if enc == "" || err != nil {
+			continue
+		}
+		return string(id), nil
+	}
+	return "", nil
 }
 
 // read reads o from the API and, when it exists, applies it in a dry run

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -174,6 +175,32 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 	}
 	// A teardown step whose object is gone meanwhile is done.
 	apply(t, p, env, teardown[:1])
+
+	// A Rancher agent on the cluster: its id goes on the cluster Secret;
+	// the rancher plugin's result, when there is one, wins.
+	if _, err := core.Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cattle-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := core.Secrets("cattle-system").Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cattle-credentials-1a2b3c"},
+		Data: map[string][]byte{"namespace": []byte("c-abc12")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, p, env, steps(t, p, c, env, false))
+	annotation := func() string {
+		sec, err := core.Secrets(argocd.Namespace).Get(t.Context(), "argocd-science-secret", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sec.Annotations[argocd.RancherAnnotation]
+	}
+	if got := annotation(); got != "c-abc12" {
+		t.Errorf("the cluster Secret's Rancher id with an agent on the cluster: %q, want c-abc12", got)
+	}
+	env.Results = map[string]map[string]string{"rancher": {"cluster_id": "c-xyz89"}}
+	apply(t, p, env, steps(t, p, c, env, false))
+	if got := annotation(); got != "c-xyz89" {
+		t.Errorf("the cluster Secret's Rancher id with the rancher plugin's result: %q, want c-xyz89", got)
+	}
 
 	// A wrong context is an error naming the key, not a panic.
 	bad := load(t, "openstack", base+"  context: nope\n", "")
