@@ -70,6 +70,21 @@ type Ingresser interface {
 	IngressEndpoint(have Inventory) (vip, public netip.Addr, ok bool)
 }
 
+// Projecter is an optional capability of an Infra in a cloud of projects
+// (OpenStack): the name of the project its credential acts in, known once
+// it read the cloud, for plugins (the argocd plugin's chart values).
+type Projecter interface {
+	ProjectName() string
+}
+
+// projectOf returns the provider's project name, "" without one.
+func projectOf(infra Infra) string {
+	if p, ok := infra.(Projecter); ok {
+		return p.ProjectName()
+	}
+	return ""
+}
+
 // ingressOf returns the provider's ingress addresses, "" for those it has
 // not allocated (or when it allocates none).
 func ingressOf(infra Infra, have Inventory) (vip, public string) {

@@ -56,6 +56,9 @@ type PluginEnv struct {
 	// allocated (OpenStack's ingress port and its floating IP), "" when
 	// it allocates none.
 	IngressVIP, IngressPublic string
+	// Project is the cloud project the provider's credential acts in
+	// (OpenStack), "" without one.
+	Project string
 }
 
 // pluginFacts is what the observation holds of one configured plugin.
@@ -139,7 +142,7 @@ func (e *Engine) observePlugins(ctx context.Context, obs *Observation) error {
 			continue
 		}
 		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results,
-			IngressVIP: vip, IngressPublic: ingressPublic})
+			IngressVIP: vip, IngressPublic: ingressPublic, Project: projectOf(e.Infra)})
 		if err != nil {
 			obs.Plugins[pl.Name()] = pluginFacts{Unread: err.Error()}
 			continue
@@ -185,7 +188,7 @@ func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) 
 		pl := ordered[i]
 		name := pl.Name()
 		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results,
-			IngressVIP: vip, IngressPublic: publicIngress})
+			IngressVIP: vip, IngressPublic: publicIngress, Project: projectOf(e.Infra)})
 		if err != nil {
 			p.Unread("the "+name+" plugin's objects", err.Error())
 			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait,
@@ -307,7 +310,7 @@ func (r *run) pluginEnv(ctx context.Context, name string) (Plugin, PluginEnv, er
 	if r.results == nil {
 		r.results = map[string]map[string]string{}
 	}
-	return pl, PluginEnv{Cluster: r.e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: r.results}, nil
+	return pl, PluginEnv{Cluster: r.e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: r.results, Project: projectOf(r.e.Infra)}, nil
 }
 
 // applyPlugin makes one plugin step and keeps what it returns for the

@@ -126,7 +126,7 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 	} else if cl.RancherID, err = downstream.rancherID(ctx); err != nil {
 		return nil, err
 	}
-	cl.Ingress = p.ingress(c)
+	cl.Ingress, cl.OpenStackProject = p.ingress(c), env.Project
 	if env.IngressVIP != "" {
 		// OpenStack: MetalLB announces the ingress port's address.
 		cl.Ingress = Ingress{VIP: env.IngressVIP, FloatingIP: env.IngressPublic}

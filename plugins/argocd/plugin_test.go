@@ -78,7 +78,7 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 	}
 	c := load(t, "openstack", base+"  cinder: {enabled: true}\n", "argocd:\n  git: {username: bot, token: s3cr3t-git-token}\n")
 	p := argocd.New(fstest.MapFS{"argocd.kubeconfig": {Data: kubeconfig}})
-	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig, Public: kubeconfig, IngressVIP: "10.0.0.2", IngressPublic: "1.2.3.5"}
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig, Public: kubeconfig, IngressVIP: "10.0.0.2", IngressPublic: "1.2.3.5", Project: "physics"}
 	if !p.Configured(c) {
 		t.Fatal("a cluster with argocd.kubeconfig is not configured")
 	}
@@ -105,6 +105,9 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := values(t, app)
+	if get(t, v, "openstack", "project") != "physics" {
+		t.Errorf("the provider's project is not the Application's: %v", get(t, v, "openstack"))
+	}
 	if get(t, v, "ingresscontroller", "privateIP") != "10.0.0.2" || get(t, v, "ingresscontroller", "publicIP") != "1.2.3.5" {
 		t.Errorf("the provider's ingress addresses are not the Application's: %v", get(t, v, "ingresscontroller"))
 	}

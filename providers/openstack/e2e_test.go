@@ -184,6 +184,11 @@ func TestFirstBuildSecondConvergeAndEndpoints(t *testing.T) {
 	if !ok || !ipublic.IsValid() || !w.lab.OpenStackExternalCIDR.Contains(ipublic) || ivip == obs.API.VIP {
 		t.Errorf("ingress endpoint %s, %s, %v: want the ingress port's own address with a floating IP from %s", ivip, ipublic, ok, w.lab.OpenStackExternalCIDR)
 	}
+	// The credential's project, as Keystone's token names it (the lab's
+	// default project).
+	if name := e.Infra.(reconcile.Projecter).ProjectName(); name != "taloslab" {
+		t.Errorf("project name %q, want taloslab", name)
+	}
 	data, err := os.ReadFile(filepath.Join(w.dir, reconcile.KubeconfigFile))
 	if err != nil {
 		t.Fatal(err)

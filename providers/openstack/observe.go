@@ -312,6 +312,15 @@ func (p *Provider) IngressEndpoint(have reconcile.Inventory) (vip, public netip.
 	return vip, public, ok
 }
 
+// ProjectName (reconcile.Projecter) is the name of the application
+// credential's project, as Keystone's token gave it; "" before the provider
+// authenticated.
+func (p *Provider) ProjectName() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.projectName
+}
+
 // Names of the cluster's OpenStack objects.
 func (p *Provider) netName() string     { return p.c.Name + "-net" }
 func (p *Provider) subnetName() string  { return p.c.Name + "-subnet" }

@@ -61,6 +61,8 @@ type Provider struct {
 	// with an admin role never takes another project's resources for
 	// the cluster's.
 	project string
+	// projectName is the credential's project's name, for plugins.
+	projectName string
 }
 
 var (
@@ -189,7 +191,7 @@ func (p *Provider) clients(ctx context.Context) (compute, network, image *gopher
 		p.compute = nil
 		return nil, nil, nil, fmt.Errorf("finding Glance in the catalog of region %s: %w", o.Region, err)
 	}
-	p.project = project.ID
+	p.project, p.projectName = project.ID, project.Name
 	return p.compute, p.network, p.image, nil
 }
 
