@@ -31,6 +31,7 @@ import (
 	"github.com/taloscluster/taloscluster/gitsync"
 	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
+	"github.com/taloscluster/taloscluster/plugins/argocd"
 	"github.com/taloscluster/taloscluster/providers/openstack"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -183,7 +184,7 @@ func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (_ *ag
 	if err != nil {
 		return nil, nil, err
 	}
-	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact, drainTimeout: cfg.DrainTimeout.D()}
+	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact, drainTimeout: cfg.DrainTimeout.D(), secretsDir: cfg.SecretsDir}
 	deps := agent.Deps{Repo: repo, Forge: forge, Runner: runner,
 		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports, Release: release}
 	if fleet != nil {
@@ -344,6 +345,10 @@ type agentRunner struct {
 	redact   *report.Redactor
 	// drainTimeout is agent.yaml's drain_timeout (zero: the engine's).
 	drainTimeout time.Duration
+	// secretsDir is agent.yaml's secrets_dir: a plugin's credentials
+	// (argocd.kubeconfig) are read from the cluster's directory there,
+	// never from the repository.
+	secretsDir string
 }
 
 func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*reconcile.Engine, error) {
@@ -377,7 +382,15 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 	default:
 		return nil, fmt.Errorf("no provider for %q", c.Provider)
 	}
-	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log, DrainTimeout: r.drainTimeout}, nil
+	var plugins []reconcile.Plugin
+	if r.secretsDir != "" {
+		// The file argocd.kubeconfig names, and so the Argo CD the
+		// cluster is registered with, is the operator's: a pull request
+		// can only name a file of the cluster's own secrets directory.
+		plugins = append(plugins, argocd.New(os.DirFS(filepath.Join(r.secretsDir, filepath.FromSlash(cluster)))))
+	}
+	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log,
+		DrainTimeout: r.drainTimeout, Plugins: plugins}, nil
 }
 
 func (r *agentRunner) Plan(ctx context.Context, cluster string, files fs.FS) (*plan.Plan, error) {

@@ -55,9 +55,10 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 		Plugins: cliPlugins(dir)}, nil
 }
 
-// cliPlugins are the plugins the commands run for a cluster directory.
-// The agent runs none yet: argocd.kubeconfig names a file of the cluster
-// directory, which in a pull request is anyone's to write.
+// cliPlugins are the plugins the commands run for a cluster directory;
+// argocd.kubeconfig names a file of it. (The agent reads that file from
+// the cluster's secrets directory instead: a pull request's files are
+// anyone's to write.)
 func cliPlugins(dir string) []reconcile.Plugin {
 	return []reconcile.Plugin{argocd.New(os.DirFS(dir))}
 }

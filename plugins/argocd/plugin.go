@@ -185,13 +185,18 @@ func (p *Plugin) argoClient(c *spec.Cluster) (*client, error) {
 	if !fs.ValidPath(name) {
 		return nil, fmt.Errorf("argocd.kubeconfig %q must be a path inside the cluster directory", file)
 	}
+	if name == spec.SecretsFile {
+		return nil, fmt.Errorf("argocd.kubeconfig must not name %s", spec.SecretsFile)
+	}
 	data, err := boundedfile.ReadFS(p.files, name, boundedfile.Small)
 	if err != nil {
 		return nil, fmt.Errorf("argocd.kubeconfig: %w", err)
 	}
 	cfg, err := clientcmd.Load(data)
 	if err != nil {
-		return nil, fmt.Errorf("argocd.kubeconfig %s: %w", name, err)
+		// The parser's message may quote the file, which holds
+		// credentials: it is not passed on.
+		return nil, fmt.Errorf("argocd.kubeconfig %s is not a kubeconfig file", name)
 	}
 	rc, err := clientcmd.NewNonInteractiveClientConfig(*cfg, kctx, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {

@@ -205,6 +205,17 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 		t.Errorf("the cluster Secret's Rancher id with the rancher plugin's result: %q, want c-xyz89", got)
 	}
 
+	// argocd.kubeconfig naming secrets.yaml or a file that is not a
+	// kubeconfig: an error that quotes nothing of the file.
+	for _, tc := range []struct{ name, data string }{{"secrets.yaml", ""}, {"notes.txt", "token: s3cr3t-in-a-file\n"}} {
+		bad := load(t, "openstack", strings.Replace(base, "argocd.kubeconfig", tc.name, 1), "")
+		files := argocd.New(fstest.MapFS{tc.name: {Data: []byte(tc.data)}, "secrets.yaml": {Data: []byte("proxmox: {token_secret: s3cr3t-in-a-file}\n")}})
+		_, err := files.Observe(t.Context(), reconcile.PluginEnv{Cluster: bad, Kubeconfig: kubeconfig})
+		if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "argocd.kubeconfig") {
+			t.Errorf("argocd.kubeconfig %s: %v", tc.name, err)
+		}
+	}
+
 	// A wrong context is an error naming the key, not a panic.
 	bad := load(t, "openstack", base+"  context: nope\n", "")
 	if _, err := p.Observe(t.Context(), reconcile.PluginEnv{Cluster: bad, Kubeconfig: kubeconfig}); err == nil || !strings.Contains(err.Error(), "argocd.kubeconfig") {
