@@ -161,9 +161,9 @@ import (
 	"time"
 
 	"github.com/taloscluster/taloscluster/lab"
-	"github.com/taloscluster/taloscluster/lab/kube/realkube"
 	"github.com/taloscluster/taloscluster/lab/forge"
 	"github.com/taloscluster/taloscluster/lab/kube"
+	"github.com/taloscluster/taloscluster/lab/kube/realkube"
 	"github.com/taloscluster/taloscluster/reconcile/state"
 )
 
