@@ -15,7 +15,8 @@ import (
 	"github.com/taloscluster/taloscluster/lab/kube/realkube"
 )
 
-// TestConvergeRegistersWithArgoCD: with an argocd section, plan shows the
+// TestConvergeRegistersWithArgoCD: with an argocd section (its kubeconfig
+// beside the cluster directory, as ../argocd-kubeconfig), plan shows the
 // registration deferred until the cluster is built; converge builds the
 // cluster and then registers it with Argo CD (a real kube-apiserver with
 // Argo CD's kinds); the next plan has no changes; destroy removes the
@@ -29,7 +30,8 @@ func TestConvergeRegistersWithArgoCD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "argocd.kubeconfig"), kubeconfig, 0o600); err != nil {
+	// Beside the cluster directory, as the Python tool's examples keep it.
+	if err := os.WriteFile(filepath.Join(filepath.Dir(dir), "argocd-kubeconfig"), kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	yaml := filepath.Join(dir, "cluster.yaml")
@@ -37,7 +39,7 @@ func TestConvergeRegistersWithArgoCD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	section := "\nargocd:\n  kubeconfig: argocd.kubeconfig\n  admins: [ops@example.org]\n  git: {url: https://git.example.org/apps.git}\n  infra: {url: https://git.example.org/infra.git}\n"
+	section := "\nargocd:\n  kubeconfig: ../argocd-kubeconfig\n  admins: [ops@example.org]\n  git: {url: https://git.example.org/apps.git}\n  infra: {url: https://git.example.org/infra.git}\n"
 	if err := os.WriteFile(yaml, append(data, section...), 0o644); err != nil {
 		t.Fatal(err)
 	}

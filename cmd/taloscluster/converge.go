@@ -56,11 +56,12 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 }
 
 // cliPlugins are the plugins the commands run for a cluster directory;
-// argocd.kubeconfig names a file of it. (The agent reads that file from
-// the cluster's secrets directory instead: a pull request's files are
-// anyone's to write.)
+// argocd.kubeconfig is a path relative to it (or absolute) on this host,
+// as the Python tool reads it. (The agent reads that file from the
+// cluster's secrets directory only: a pull request's files are anyone's
+// to write.)
 func cliPlugins(dir string) []reconcile.Plugin {
-	return []reconcile.Plugin{argocd.New(os.DirFS(dir))}
+	return []reconcile.Plugin{argocd.NewOnHost(dir)}
 }
 
 func newConverge() *cobra.Command {

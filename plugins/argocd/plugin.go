@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -37,15 +38,47 @@ const callTimeout = 30 * time.Second
 
 // Plugin is the argocd plugin (reconcile.Plugin).
 type Plugin struct {
-	// files is the cluster directory, where argocd.kubeconfig is read.
-	files fs.FS
+	// read reads the file argocd.kubeconfig names.
+	read func(name string) ([]byte, error)
 	// ingress is where the cluster's ingress is reached.
 	ingress func(c *spec.Cluster) Ingress
 }
 
-// New returns the plugin for the cluster directory files.
+// New returns the plugin confined to files (the agent: the cluster's
+// secrets directory): argocd.kubeconfig must name a file inside it, and
+// not secrets.yaml.
 func New(files fs.FS) *Plugin {
-	return &Plugin{files: files, ingress: proxmoxIngress}
+	return &Plugin{ingress: proxmoxIngress, read: func(file string) ([]byte, error) {
+		name := path.Clean(file)
+		if !fs.ValidPath(name) {
+			return nil, fmt.Errorf("argocd.kubeconfig %q must be a path inside the cluster's secrets directory", file)
+		}
+		if name == spec.SecretsFile {
+			return nil, fmt.Errorf("argocd.kubeconfig must not name %s", spec.SecretsFile)
+		}
+		data, err := boundedfile.ReadFS(files, name, boundedfile.Small)
+		if err != nil {
+			return nil, fmt.Errorf("argocd.kubeconfig: %w", err)
+		}
+		return data, nil
+	}}
+}
+
+// NewOnHost returns the plugin of the cluster directory dir on this host
+// (the CLI): argocd.kubeconfig is a path relative to dir, or absolute, as
+// the Python tool reads it.
+func NewOnHost(dir string) *Plugin {
+	return &Plugin{ingress: proxmoxIngress, read: func(file string) ([]byte, error) {
+		p := file
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		data, err := boundedfile.Read(p, boundedfile.Small)
+		if err != nil {
+			return nil, fmt.Errorf("argocd.kubeconfig: %w", err)
+		}
+		return data, nil
+	}}
 }
 
 // proxmoxIngress is the ingress pool of a Proxmox cluster, verbatim:
@@ -181,26 +214,19 @@ func (p *Plugin) argoClient(c *spec.Cluster) (*client, error) {
 	if file == "" {
 		return nil, errors.New("argocd.context without argocd.kubeconfig needs a default kubeconfig, which this implementation does not read: set argocd.kubeconfig")
 	}
-	name := path.Clean(file)
-	if !fs.ValidPath(name) {
-		return nil, fmt.Errorf("argocd.kubeconfig %q must be a path inside the cluster directory", file)
-	}
-	if name == spec.SecretsFile {
-		return nil, fmt.Errorf("argocd.kubeconfig must not name %s", spec.SecretsFile)
-	}
-	data, err := boundedfile.ReadFS(p.files, name, boundedfile.Small)
+	data, err := p.read(file)
 	if err != nil {
-		return nil, fmt.Errorf("argocd.kubeconfig: %w", err)
+		return nil, err
 	}
 	cfg, err := clientcmd.Load(data)
 	if err != nil {
 		// The parser's message may quote the file, which holds
 		// credentials: it is not passed on.
-		return nil, fmt.Errorf("argocd.kubeconfig %s is not a kubeconfig file", name)
+		return nil, fmt.Errorf("argocd.kubeconfig %s is not a kubeconfig file", file)
 	}
 	rc, err := clientcmd.NewNonInteractiveClientConfig(*cfg, kctx, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("argocd.kubeconfig %s (context %q): %w", name, kctx, err)
+		return nil, fmt.Errorf("argocd.kubeconfig %s (context %q): %w", file, kctx, err)
 	}
 	return newClient(rc)
 }

@@ -775,6 +775,12 @@ func pcChartsCases() []pcCase {
 		{name: "charts gateway pinned newer", tree: charts(pcObj{"gateway": pcObj{"version": "v1.6.2"}}), want: pcValid},
 		{name: "charts manifest entry version", tree: charts(pcObj{"crds": pcObj{"manifest": "https://example.com/x.yaml", "version": "1.0"}}), want: pcError, key: "charts.crds.version"},
 		{name: "charts gateway repo", tree: charts(pcObj{"gateway": pcObj{"version": "v1.3.1", "repo": "https://a"}}), want: pcError, key: "charts.gateway.repo", text: "no repo"},
+		{name: "metallb in argocd and charts", tree: charts(pcObj{"metallb": pcObj{"version": "latest"}}).set("argocd", pcObj{"metallb": pcObj{"enabled": true}}),
+			want: pcError, key: "argocd.metallb.enabled", text: "MetalLB is enabled both in argocd.metallb"},
+		{name: "traefik in argocd ingress and charts", tree: charts(pcObj{"traefik": pcObj{"enabled": true}}).set("argocd", pcObj{"ingress": pcObj{"enabled": true}}),
+			want: pcError, key: "argocd.ingress.enabled", text: "charts.traefik"},
+		{name: "cert-manager off in charts", tree: charts(pcObj{"cert-manager": pcObj{"enabled": false}}).set("argocd", pcObj{"certmanager": pcObj{"enabled": true}}), want: pcValid},
+		{name: "sealed-secrets off in argocd", tree: charts(pcObj{"sealed-secrets": pcObj{}}).set("argocd", pcObj{"sealedsecrets": pcObj{"enabled": false}}), want: pcValid},
 		{name: "charts init scaffold", tree: charts(pcObj{
 			"ceph":           pcObj{"enabled": false, "rbd": true, "fs": true, "version": "latest"},
 			"cert-manager":   pcObj{"enabled": false, "staging": false, "prod": true, "version": "latest"},

@@ -7,10 +7,11 @@ import (
 )
 
 // plugins validates the plugin sections (argocd, rancher, charts) the way
-// each plugin's validate hook does. Nothing acts on them yet; they are kept
-// as plain data.
+// each plugin's validate hook does, and refuses a component that two of
+// them would install. They are kept as plain data for the plugins.
 func (v *validator) plugins(t *node, _ *Cluster) Plugins {
 	var p Plugins
+	v.installedTwice(t.get("argocd"), t.get("charts"))
 	if n := t.get("rancher"); !n.isNull() {
 		if v.rancher(n) {
 			p.Rancher = plain(n).(map[string]any)
@@ -27,6 +28,37 @@ func (v *validator) plugins(t *node, _ *Cluster) Plugins {
 		}
 	}
 	return p
+}
+
+// twiceInstallable pairs the argocd apps with the charts entries that
+// install the same component.
+var twiceInstallable = []struct{ argocd, chart, component string }{
+	{"metallb", "metallb", "MetalLB"},
+	{"ingress", "traefik", "Traefik"},
+	{"certmanager", "cert-manager", "cert-manager"},
+	{"sealedsecrets", "sealed-secrets", "sealed-secrets"},
+	{"nfs", "nfs", "the NFS CSI driver"},
+}
+
+// installedTwice refuses a component enabled both as an argocd app (Argo
+// CD installs it) and as a charts entry (the charts plugin installs it):
+// the two would fight over it.
+func (v *validator) installedTwice(argocd, charts *node) {
+	if argocd.isNull() || charts.isNull() {
+		return
+	}
+	for _, pair := range twiceInstallable {
+		app, entry := argocd.get(pair.argocd), charts.get(pair.chart)
+		on := app.get("enabled")
+		if on == nil || on.kind != kindBool || !on.bool || entry == nil || entry.kind != kindMap {
+			continue
+		}
+		if e := entry.get("enabled"); e != nil && e.kind == kindBool && !e.bool {
+			continue
+		}
+		v.errorf(on, "argocd."+pair.argocd+".enabled",
+			"%s is enabled both in argocd.%s (Argo CD installs it) and in charts.%s (the charts plugin installs it); enable it in one of them", pair.component, pair.argocd, pair.chart)
+	}
 }
 
 // plain converts a node to ordinary Go values.
