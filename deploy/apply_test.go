@@ -113,7 +113,7 @@ func installCRDs(ctx context.Context, t *testing.T, dyn dynamic.Interface, disc 
 	for _, crd := range crds {
 		for {
 			got, err := dyn.Resource(crdGVR).Get(ctx, crd.GetName(), metav1.GetOptions{})
-			if err == nil && established(got) {
+			if err == nil && realkube.Established(got) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -132,17 +132,6 @@ func installCRDs(ctx context.Context, t *testing.T, dyn dynamic.Interface, disc 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func established(crd *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Established" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
 }
 
 // TestServerSideDryRunApply applies the rendered example overlay to a real

@@ -173,21 +173,20 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 		return nil, err
 	}
 	st := &state{}
-	for _, o := range objs.ArgoCD {
-		ob, err := argo.read(ctx, o)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s on Argo CD: %w", describe(o), err)
+	for _, side := range []struct {
+		c     *client
+		objs  []*unstructured.Unstructured
+		where where
+		what  string
+	}{{argo, objs.ArgoCD, onArgoCD, "Argo CD"}, {downstream, objs.Cluster, onCluster, "the cluster"}} {
+		for _, o := range side.objs {
+			ob, err := side.c.read(ctx, o)
+			if err != nil {
+				return nil, fmt.Errorf("reading %s on %s: %w", describe(o), side.what, err)
+			}
+			ob.where = side.where
+			st.objects = append(st.objects, ob)
 		}
-		ob.where = onArgoCD
-		st.objects = append(st.objects, ob)
-	}
-	for _, o := range objs.Cluster {
-		ob, err := downstream.read(ctx, o)
-		if err != nil {
-			return nil, fmt.Errorf("reading %s on the cluster: %w", describe(o), err)
-		}
-		ob.where = onCluster
-		st.objects = append(st.objects, ob)
 	}
 	if len(objs.Cluster) == 0 && c.Provider == spec.ProviderOpenStack {
 		// cinder turned off: a cloud config an earlier converge wrote is

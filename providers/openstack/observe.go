@@ -277,36 +277,29 @@ func (p *Provider) readImage(ctx context.Context, image *gophercloud.ServiceClie
 // APIEndpoint (reconcile.Endpointer) is the kubeapi port's fixed address,
 // the VIP the control planes share, with its floating IP in front.
 func (p *Provider) APIEndpoint(have reconcile.Inventory) (vip, public netip.Addr, ok bool) {
-	inv, isOurs := have.(*inventory)
-	if !isOurs {
-		return netip.Addr{}, netip.Addr{}, false
-	}
-	port, found := inv.ports[p.kubeapiName()]
-	if !found {
-		return netip.Addr{}, netip.Addr{}, false
-	}
-	vip, ok = fixedAddr(port)
-	// A floating IP that came off its port is still the API's address:
-	// the network phase puts it back.
-	if fip, found := inv.fips[p.kubeapiName()]; found {
-		public, _ = netip.ParseAddr(fip.FloatingIP)
-	}
-	return vip, public, ok
+	return portEndpoint(have, p.kubeapiName())
 }
 
 // IngressEndpoint (reconcile.Ingresser) is the ingress port's fixed
 // address and its floating IP.
 func (p *Provider) IngressEndpoint(have reconcile.Inventory) (vip, public netip.Addr, ok bool) {
+	return portEndpoint(have, p.ingressName())
+}
+
+// portEndpoint is a reserved port's fixed address and the floating IP in
+// front of it (invalid while it has none). A floating IP that came off
+// its port is still the port's address: the network phase puts it back.
+func portEndpoint(have reconcile.Inventory, name string) (vip, public netip.Addr, ok bool) {
 	inv, isOurs := have.(*inventory)
 	if !isOurs {
 		return netip.Addr{}, netip.Addr{}, false
 	}
-	port, found := inv.ports[p.ingressName()]
+	port, found := inv.ports[name]
 	if !found {
 		return netip.Addr{}, netip.Addr{}, false
 	}
 	vip, ok = fixedAddr(port)
-	if fip, found := inv.fips[p.ingressName()]; found {
+	if fip, found := inv.fips[name]; found {
 		public, _ = netip.ParseAddr(fip.FloatingIP)
 	}
 	return vip, public, ok

@@ -430,9 +430,12 @@ func InstallArgoCDKinds(ctx context.Context, cfg *rest.Config) error {
 // established reports whether the CRD name is served.
 func established(ctx context.Context, dyn dynamic.Interface, name string) bool {
 	crd, err := dyn.Resource(crdResource).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return false
-	}
+	return err == nil && Established(crd)
+}
+
+// Established reports whether a CustomResourceDefinition read from the
+// API server has its Established condition: its kind is served.
+func Established(crd *unstructured.Unstructured) bool {
 	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
