@@ -563,25 +563,31 @@ func runningVersions(obs *Observation, hostname string) (talosVersion, kubeVersi
 
 // PlanDestroy returns what Destroy would delete, without changing anything.
 func (e *Engine) PlanDestroy(ctx context.Context) (*plan.Plan, error) {
+	p, _, err := e.planDestroy(ctx)
+	return p, err
+}
+
+// planDestroy is PlanDestroy with the inventory it was made from.
+func (e *Engine) planDestroy(ctx context.Context) (*plan.Plan, Inventory, error) {
 	inv, err := e.Infra.Observe(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p := plan.New(e.Cluster.Name)
 	changes, err := e.Infra.Plan(plan.PhaseDestroy, &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster)}, inv)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, ch := range changes {
 		p.Add(ch)
 	}
 	if err := e.planTeardown(ctx, p, inv); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	kinds := map[string]plan.ResourceKind{KubeconfigFile: plan.KindKubeconfig, TalosconfigFile: plan.KindTalosconfig, TalosSecretsFile: plan.KindTalosSecrets}
 	for _, f := range []string{KubeconfigFile, TalosconfigFile, TalosSecretsFile} {
 		if ok, err := e.exists(ctx, f); err != nil {
-			return nil, err
+			return nil, nil, err
 		} else if ok {
 			p.Add(plan.Change{Phase: plan.PhaseDestroy, Domain: plan.DomainState, Action: plan.ActionDelete,
 				Resource: plan.Resource{Kind: kinds[f], Name: f}, Reason: "destroy: the cluster's local state is removed last",
@@ -590,7 +596,7 @@ func (e *Engine) PlanDestroy(ctx context.Context) (*plan.Plan, error) {
 	}
 	p.Warn("destroy deletes every machine of the cluster and its identity; workloads and their data on the machines are lost")
 	p.Sort()
-	return p, nil
+	return p, inv, nil
 }
 
 // Destroy runs the destroy plan: the cluster's machines and resources,
@@ -606,7 +612,7 @@ func (e *Engine) Destroy(ctx context.Context) error {
 }
 
 func (e *Engine) destroy(ctx context.Context) error {
-	p, err := e.PlanDestroy(ctx)
+	p, inv, err := e.planDestroy(ctx)
 	if err != nil {
 		return err
 	}
@@ -618,7 +624,9 @@ func (e *Engine) destroy(ctx context.Context) error {
 	if err := e.preflight(ctx, p); err != nil {
 		return err
 	}
-	if err := e.execute(ctx, p, &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster)}); err != nil {
+	// The plugins' teardown reaches the cluster as the plan read it.
+	want := &Desired{Cluster: e.Cluster, Machines: machineconfig.Machines(e.Cluster), API: EndpointOf(e.Cluster, e.Infra, inv)}
+	if err := e.execute(ctx, p, want); err != nil {
 		return err
 	}
 	e.say(plan.PhaseDestroy, "done: the machines, the pool and the local state of %s are gone (the shared boot ISO is kept)", e.Cluster.Name)

@@ -81,6 +81,13 @@ func (e *Engine) execute(ctx context.Context, p *plan.Plan, want *Desired) error
 			i++
 			continue
 		}
+		if op, ok := st.Op.(deleteState); ok && len(plugins.order) > 0 {
+			// The state lets a destroy run again tear down what the
+			// failed plugins left.
+			r.e.say(st.Phase, "[%d/%d] kept %s: a plugin's teardown failed; destroy again once it can reach what it made", i+1, total, op.file)
+			i++
+			continue
+		}
 		if st.Batch == 0 {
 			if err := r.numbered(ctx, i+1, total, st); err != nil {
 				return err

@@ -59,6 +59,10 @@ type PluginEnv struct {
 	// Project is the cloud project the provider's credential acts in
 	// (OpenStack), "" without one.
 	Project string
+	// Teardown is set when the plugin is read for destroy: the cluster
+	// may have no kubeconfig, or not answer, and what the plugin made
+	// elsewhere must still be found.
+	Teardown bool
 }
 
 // pluginFacts is what the observation holds of one configured plugin.
@@ -129,16 +133,17 @@ func (e *Engine) observePlugins(ctx context.Context, obs *Observation) error {
 		deferred = "the cluster's Kubernetes API does not answer (" + obs.Kube.Unknown + "); the plugin changes nothing until it does"
 	}
 	var kubeconfig, public []byte
+	unread := ""
 	if deferred == "" {
 		if kubeconfig, public, err = e.kubeconfigs(ctx, obs.API); err != nil {
-			deferred = "the cluster's kubeconfig could not be read: " + err.Error()
+			unread = "the cluster's kubeconfig could not be read: " + err.Error()
 		}
 	}
 	results := map[string]map[string]string{}
 	vip, ingressPublic := ingressOf(e.Infra, obs.Inventory)
 	for _, pl := range plugins {
-		if deferred != "" {
-			obs.Plugins[pl.Name()] = pluginFacts{Deferred: deferred}
+		if deferred != "" || unread != "" {
+			obs.Plugins[pl.Name()] = pluginFacts{Deferred: deferred, Unread: unread}
 			continue
 		}
 		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results,
@@ -188,7 +193,7 @@ func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) 
 		pl := ordered[i]
 		name := pl.Name()
 		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results,
-			IngressVIP: vip, IngressPublic: publicIngress, Project: projectOf(e.Infra)})
+			IngressVIP: vip, IngressPublic: publicIngress, Project: projectOf(e.Infra), Teardown: true})
 		if err != nil {
 			p.Unread("the "+name+" plugin's objects", err.Error())
 			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait,
@@ -398,11 +403,12 @@ func (f *pluginFailures) err() error {
 	if len(f.order) == 0 {
 		return nil
 	}
-	msgs := make([]string, len(f.order))
+	errs := make([]error, len(f.order))
 	for i, name := range f.order {
-		msgs[i] = name + ": " + f.errs[name].Error()
+		errs[i] = fmt.Errorf("%s: %w", name, f.errs[name])
 	}
-	return fmt.Errorf("%w: %s", ErrPluginFailed, strings.Join(msgs, "; "))
+	// Each failure keeps its kind (a transient one is retried).
+	return fmt.Errorf("%w: %w", ErrPluginFailed, errors.Join(errs...))
 }
 
 // ErrPluginFailed marks a run whose plugins' steps did not all succeed;
@@ -415,6 +421,19 @@ func pluginNamesWithout(c *spec.Cluster, plugins []Plugin) []string {
 	var out []string
 	for _, name := range pluginNames(c) {
 		if !slices.ContainsFunc(plugins, func(pl Plugin) bool { return pl.Name() == name }) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// pluginsIdle returns the plugins whose section is there but which are not
+// configured to run (argocd without argocd.kubeconfig or argocd.context).
+func pluginsIdle(c *spec.Cluster, plugins []Plugin) []string {
+	var out []string
+	for _, name := range pluginNames(c) {
+		i := slices.IndexFunc(plugins, func(pl Plugin) bool { return pl.Name() == name })
+		if i >= 0 && !plugins[i].Configured(c) {
 			out = append(out, name)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,15 +41,20 @@ const callTimeout = 30 * time.Second
 type Plugin struct {
 	// read reads the file argocd.kubeconfig names.
 	read func(name string) ([]byte, error)
+	// currentContext uses the kubeconfig's current context whatever
+	// argocd.context says (the agent: a pull request does not choose
+	// among the operator's contexts).
+	currentContext bool
 	// ingress is where the cluster's ingress is reached.
 	ingress func(c *spec.Cluster) Ingress
 }
 
 // New returns the plugin confined to files (the agent: the cluster's
 // secrets directory): argocd.kubeconfig must name a file inside it, and
-// not secrets.yaml.
+// not secrets.yaml, and its current context is used (argocd.context is not
+// a pull request's to choose).
 func New(files fs.FS) *Plugin {
-	return &Plugin{ingress: proxmoxIngress, read: func(file string) ([]byte, error) {
+	return &Plugin{ingress: proxmoxIngress, currentContext: true, read: func(file string) ([]byte, error) {
 		name := path.Clean(file)
 		if !fs.ValidPath(name) {
 			return nil, fmt.Errorf("argocd.kubeconfig %q must be a path inside the cluster's secrets directory", file)
@@ -142,22 +148,23 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 	if public == nil {
 		public = env.Kubeconfig
 	}
-	cl, err := ClusterOf(public)
-	if err != nil {
-		return nil, err
-	}
-	clusterCfg, err := clientcmd.RESTConfigFromKubeConfig(env.Kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("the cluster's kubeconfig: %w", err)
-	}
-	downstream, err := newClient(clusterCfg)
-	if err != nil {
-		return nil, err
-	}
-	if r, ok := env.Results["rancher"]; ok {
-		cl.RancherID = r["cluster_id"]
-	} else if cl.RancherID, err = downstream.rancherID(ctx); err != nil {
-		return nil, err
+	var cl Cluster
+	var downstream *client
+	var err error
+	if env.Kubeconfig == nil {
+		// Only a teardown asks without one (a cluster never built): the
+		// objects on Argo CD are found by name all the same.
+		if !env.Teardown {
+			return nil, errors.New("the cluster has no kubeconfig")
+		}
+	} else if cl, downstream, err = p.cluster(ctx, env, public); err != nil {
+		if !env.Teardown {
+			return nil, err
+		}
+		// A teardown of a cluster that does not answer still removes
+		// the registration on Argo CD; what is on the cluster goes with
+		// its machines.
+		downstream = nil
 	}
 	cl.Ingress, cl.OpenStackProject = p.ingress(c), env.Project
 	if env.IngressVIP != "" {
@@ -167,6 +174,9 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 	objs, err := Render(SettingsOf(c), cl)
 	if err != nil {
 		return nil, err
+	}
+	if downstream == nil {
+		objs.Cluster = nil
 	}
 	argo, err := p.argoClient(c)
 	if err != nil {
@@ -188,11 +198,21 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 			st.objects = append(st.objects, ob)
 		}
 	}
-	if len(objs.Cluster) == 0 && c.Provider == spec.ProviderOpenStack {
+	for _, o := range leftovers(c.Name, objs.ArgoCD) {
+		ob, err := argo.present(ctx, o)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s on Argo CD: %w", describe(o), err)
+		}
+		if ob.exists {
+			ob.where, ob.orphan = onArgoCD, true
+			st.objects = append(st.objects, ob)
+		}
+	}
+	if downstream != nil && len(objs.Cluster) == 0 && c.Provider == spec.ProviderOpenStack && !SettingsOf(c).enabled("cinder") {
 		// cinder turned off: a cloud config an earlier converge wrote is
 		// the cluster's OpenStack credential left behind.
 		orphan := obj(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": meta(CinderSecret, CinderNamespace, nil)})
-		ob, err := downstream.read(ctx, orphan)
+		ob, err := downstream.present(ctx, orphan)
 		if err != nil {
 			return nil, fmt.Errorf("reading %s on the cluster: %w", describe(orphan), err)
 		}
@@ -204,12 +224,59 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 	return st, nil
 }
 
+// cluster reads what the registration needs of the cluster: its address
+// and client credentials from the kubeconfig people use, and its Rancher
+// id (the rancher plugin's result, or its Rancher agent's); and returns a
+// client of its API.
+func (p *Plugin) cluster(ctx context.Context, env reconcile.PluginEnv, public []byte) (Cluster, *client, error) {
+	cl, err := ClusterOf(public)
+	if err != nil {
+		return Cluster{}, nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(env.Kubeconfig)
+	if err != nil {
+		return Cluster{}, nil, fmt.Errorf("the cluster's kubeconfig: %w", err)
+	}
+	downstream, err := newClient(cfg)
+	if err != nil {
+		return Cluster{}, nil, err
+	}
+	if r, ok := env.Results["rancher"]; ok {
+		cl.RancherID = r["cluster_id"]
+	} else if cl.RancherID, err = downstream.rancherID(ctx); err != nil {
+		return Cluster{}, nil, err
+	}
+	return cl, downstream, nil
+}
+
+// leftovers are the objects on Argo CD a registration may have made that
+// the current one does not render (argocd.git or infra removed): they are
+// found by name and removed, as they hold the Git token.
+func leftovers(name string, rendered []*unstructured.Unstructured) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range []*unstructured.Unstructured{
+		obj(map[string]any{"apiVersion": "v1", "kind": "Secret", "metadata": meta("repo-"+name, Namespace, nil)}),
+		obj(map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": meta(name, Namespace, nil)}),
+		obj(map[string]any{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", "metadata": meta(name+"-cluster", Namespace, nil)}),
+	} {
+		if !slices.ContainsFunc(rendered, func(r *unstructured.Unstructured) bool {
+			return r.GetKind() == o.GetKind() && r.GetName() == o.GetName()
+		}) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // argoClient is the client of Argo CD's cluster: the kubeconfig file
 // argocd.kubeconfig names in the cluster directory, and its context
 // argocd.context (or the current one).
 func (p *Plugin) argoClient(c *spec.Cluster) (*client, error) {
 	file, _ := c.Plugins.ArgoCD["kubeconfig"].(string)
 	kctx, _ := c.Plugins.ArgoCD["context"].(string)
+	if p.currentContext {
+		kctx = ""
+	}
 	if file == "" {
 		return nil, errors.New("argocd.context without argocd.kubeconfig needs a default kubeconfig, which this implementation does not read: set argocd.kubeconfig")
 	}
@@ -288,6 +355,22 @@ func (c *client) rancherID(ctx context.Context) (string, error) {
 	return "", nil
 }
 
+// present reads whether o exists, by name.
+func (c *client) present(ctx context.Context, o *unstructured.Unstructured) (object, error) {
+	ri, err := c.resource(o)
+	if err != nil {
+		return object{}, err
+	}
+	_, err = ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return object{obj: o}, nil
+	}
+	if err != nil {
+		return object{}, err
+	}
+	return object{obj: o, exists: true}, nil
+}
+
 // read reads o from the API and, when it exists, applies it in a dry run
 // to see what would change.
 func (c *client) read(ctx context.Context, o *unstructured.Unstructured) (object, error) {
@@ -358,9 +441,12 @@ func (*Plugin) Plan(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Change, er
 	for _, o := range st.objects {
 		res := plan.Resource{Kind: kind(o.obj), Name: name(o)}
 		switch {
-		case o.orphan:
+		case o.orphan && o.where == onCluster:
 			out = append(out, plan.Change{Action: plan.ActionDelete, Resource: res,
 				Reason: "argocd.cinder is not enabled: the cloud config an earlier converge wrote (the OpenStack credential) is removed", Op: deleteObject{obj: o}})
+		case o.orphan:
+			out = append(out, plan.Change{Action: plan.ActionDelete, Resource: res,
+				Reason: "argocd.git is not set any more: what an earlier registration made for it is removed", Op: deleteObject{obj: o}})
 		case !o.exists:
 			out = append(out, plan.Change{Action: plan.ActionCreate, Resource: res,
 				Reason: "the cluster's registration (" + string(o.where) + ")", Expects: "it does not exist or matches", Op: applyObject{obj: o}})

@@ -3,6 +3,7 @@ package argocd_test
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -156,6 +157,32 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 		t.Errorf("the AppProject's description after the update: %q", d)
 	}
 
+	// Registration only (argocd.git removed): what was made for the Git
+	// repository (the repository Secret holds its token) and cinder's
+	// cloud config are removed; then the full registration again.
+	only := load(t, "openstack", "argocd:\n  kubeconfig: argocd.kubeconfig\n", "")
+	onlyEnv := env
+	onlyEnv.Cluster = only
+	gone := names(steps(t, p, only, onlyEnv, false))
+	for _, want := range []string{"delete argocd:argocd/repo-science", "delete argocd:argocd/science-cluster", "delete cluster:cinder-csi/cinder-csi-cloud-config"} {
+		if !slices.Contains(gone, want) {
+			t.Errorf("registration only: the plan %v lacks %q", gone, want)
+		}
+	}
+	apply(t, p, onlyEnv, steps(t, p, only, onlyEnv, false))
+	if again := steps(t, p, only, onlyEnv, false); len(again) != 0 {
+		t.Fatalf("registration only, after the removals: %v", names(again))
+	}
+	apply(t, p, env, steps(t, p, c, env, false))
+
+	// A teardown without the cluster (never built, or gone): the objects
+	// on Argo CD are found all the same.
+	blind := steps(t, p, c, reconcile.PluginEnv{Cluster: c, Teardown: true}, true)
+	if got, want := names(blind), []string{"delete argocd:argocd/science", "delete argocd:argocd/science-cluster",
+		"delete argocd:argocd/science", "delete argocd:argocd/argocd-science-secret", "delete argocd:argocd/repo-science"}; !slices.Equal(got, want) {
+		t.Fatalf("teardown without the cluster %v, want %v", got, want)
+	}
+
 	teardown := steps(t, p, c, env, true)
 	want = []string{"delete cluster:cinder-csi/cinder-csi-cloud-config", "delete argocd:argocd/science", "delete argocd:argocd/science-cluster",
 		"delete argocd:argocd/science", "delete argocd:argocd/argocd-science-secret", "delete argocd:argocd/repo-science"}
@@ -216,9 +243,17 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 		}
 	}
 
-	// A wrong context is an error naming the key, not a panic.
+	// argocd.context: the CLI's plugin uses it (an unknown one is an error
+	// naming the key); the agent's ignores it for the file's current one.
 	bad := load(t, "openstack", base+"  context: nope\n", "")
-	if _, err := p.Observe(t.Context(), reconcile.PluginEnv{Cluster: bad, Kubeconfig: kubeconfig}); err == nil || !strings.Contains(err.Error(), "argocd.kubeconfig") {
-		t.Errorf("an unknown context: %v", err)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "argocd.kubeconfig"), kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := argocd.NewOnHost(dir).Observe(t.Context(), reconcile.PluginEnv{Cluster: bad, Kubeconfig: kubeconfig}); err == nil || !strings.Contains(err.Error(), "argocd.kubeconfig") {
+		t.Errorf("an unknown context on the CLI: %v", err)
+	}
+	if _, err := p.Observe(t.Context(), reconcile.PluginEnv{Cluster: bad, Kubeconfig: kubeconfig}); err != nil {
+		t.Errorf("the agent's plugin did not use the file's current context: %v", err)
 	}
 }

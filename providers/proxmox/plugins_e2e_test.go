@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/taloscluster/taloscluster/plugins/argocd"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
@@ -68,7 +69,8 @@ func (p *nsPlugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconc
 		return nil, err
 	}
 	ns, err := kc.CoreV1().Namespaces().Get(ctx, "plugin-"+p.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || (err != nil && env.Teardown) {
+		// Gone, or gone with the cluster's machines.
 		return nsState{}, nil
 	}
 	if err != nil {
@@ -231,5 +233,38 @@ func TestPluginsRunAfterTheHealthGate(t *testing.T) {
 	}
 	if vms := w.lab.PVE.VMs(); len(vms) != 0 {
 		t.Fatalf("a failed plugin teardown kept %d VMs", len(vms))
+	}
+	// The state stays, so that destroy can run again; it then completes.
+	for _, f := range []string{reconcile.KubeconfigFile, reconcile.TalosSecretsFile} {
+		if _, err := os.Stat(filepath.Join(w.dir, f)); err != nil {
+			t.Errorf("%s after a failed plugin teardown: %v", f, err)
+		}
+	}
+	first.fail = nil
+	if err := engine().Destroy(ctx); err != nil {
+		t.Fatalf("destroy again: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(w.dir, reconcile.TalosSecretsFile)); !os.IsNotExist(err) {
+		t.Errorf("the identity after the second destroy: %v", err)
+	}
+}
+
+// TestPluginSectionNamingNowhere: a plugin whose section is there but
+// names nowhere to apply does not run, and the plan says so.
+func TestPluginSectionNamingNowhere(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "idle", 0)
+	w.set(t, "argocd", "{admins: [ops@example.org]}")
+	e := w.engine(t)
+	e.Plugins = []reconcile.Plugin{argocd.New(os.DirFS(w.dir))}
+	p, err := e.Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(p.Warnings, func(w string) bool { return strings.Contains(w, "argocd section names nowhere to apply") }) {
+		t.Errorf("no warning for an argocd section without a kubeconfig or context: %v", p.Warnings)
+	}
+	if len(pluginSteps(p)) != 0 {
+		t.Errorf("plugin steps for a plugin that does not run: %v", pluginSteps(p))
 	}
 }
