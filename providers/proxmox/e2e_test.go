@@ -25,7 +25,9 @@ import (
 
 // worldNets are the second octets of the /24s this package's lab worlds
 // use, one each: 127.176 to 127.182, 127.221 to 127.230 (but 223, 227 and
-// 229), 127.246 to 127.248 and 127.1 to 127.20. They are clear of the
+// 229), 127.246 to 127.248, 127.1 to 127.20, and 127.171 and 127.183,
+// whose 127.N.0.0/24 only the benchmarks use, which never run beside the
+// tests (cmd/taloscluster's tests use 127.183.64.0/24 and up). They are clear of the
 // networks other packages' tests use, as packages' tests run at the same
 // time: the lab's (up to 127.100), providers/scenario's (127.101 to
 // 127.119, 127.167 to 127.169, 127.233 to 127.235 and 127.239),
@@ -42,7 +44,7 @@ var worldNets = func() []int {
 	for n := 1; n <= 20; n++ {
 		out = append(out, n)
 	}
-	return out
+	return append(out, 171, 183)
 }()
 
 // nextNet returns the next network of worldNets, one per lab world.
