@@ -45,6 +45,9 @@ type Plugin struct {
 	// argocd.context says (the agent: a pull request does not choose
 	// among the operator's contexts).
 	currentContext bool
+	// hostDefaults lets argocd.context alone name a context of the
+	// default kubeconfig of this host (the CLI).
+	hostDefaults bool
 	// ingress is where the cluster's ingress is reached.
 	ingress func(c *spec.Cluster) Ingress
 }
@@ -72,9 +75,10 @@ func New(files fs.FS) *Plugin {
 
 // NewOnHost returns the plugin of the cluster directory dir on this host
 // (the CLI): argocd.kubeconfig is a path relative to dir, or absolute, as
-// the Python tool reads it.
+// the Python tool reads it; argocd.context alone is a context of the
+// default kubeconfig ($KUBECONFIG, else ~/.kube/config), as kubectl's.
 func NewOnHost(dir string) *Plugin {
-	return &Plugin{ingress: proxmoxIngress, read: func(file string) ([]byte, error) {
+	return &Plugin{ingress: proxmoxIngress, hostDefaults: true, read: func(file string) ([]byte, error) {
 		p := file
 		if !filepath.IsAbs(p) {
 			p = filepath.Join(dir, p)
@@ -278,7 +282,17 @@ func (p *Plugin) argoClient(c *spec.Cluster) (*client, error) {
 		kctx = ""
 	}
 	if file == "" {
-		return nil, errors.New("argocd.context without argocd.kubeconfig needs a default kubeconfig, which this implementation does not read: set argocd.kubeconfig")
+		if !p.hostDefaults {
+			return nil, errors.New("argocd.context alone names a context of a default kubeconfig, which the agent does not read: put the Argo CD kubeconfig in the cluster's secrets directory and name it in argocd.kubeconfig")
+		}
+		// The CLI, as kubectl and the Python tool: $KUBECONFIG, else
+		// ~/.kube/config, with argocd.context.
+		rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(clientcmd.NewDefaultClientConfigLoadingRules(),
+			&clientcmd.ConfigOverrides{CurrentContext: kctx}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("argocd.context %q of the default kubeconfig ($KUBECONFIG, else ~/.kube/config): %w", kctx, err)
+		}
+		return newClient(rc)
 	}
 	data, err := p.read(file)
 	if err != nil {

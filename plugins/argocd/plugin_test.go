@@ -257,3 +257,26 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 		t.Errorf("the agent's plugin did not use the file's current context: %v", err)
 	}
 }
+
+// TestContextOfTheDefaultKubeconfig: on the CLI, argocd.context alone is a
+// context of $KUBECONFIG (kubectl's default), as the Python tool reads
+// it; the agent's plugin refuses it, saying where the kubeconfig goes.
+// Not parallel: it sets $KUBECONFIG.
+func TestContextOfTheDefaultKubeconfig(t *testing.T) {
+	cp := realkube.Start(t, realkube.Options{})
+	cp.InstallArgoCD(t)
+	file := filepath.Join(t.TempDir(), "config")
+	// The admin kubeconfig's one context is "lab".
+	if err := os.WriteFile(file, cp.AdminKubeconfig(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", file)
+	c := load(t, "openstack", "argocd:\n  context: lab\n", "")
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: cp.AdminKubeconfig()}
+	if _, err := argocd.NewOnHost(t.TempDir()).Observe(t.Context(), env); err != nil {
+		t.Errorf("the CLI with argocd.context alone: %v", err)
+	}
+	if _, err := argocd.New(fstest.MapFS{}).Observe(t.Context(), env); err == nil || !strings.Contains(err.Error(), "secrets directory") {
+		t.Errorf("the agent with argocd.context alone: %v", err)
+	}
+}
