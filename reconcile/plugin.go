@@ -49,8 +49,9 @@ type PluginEnv struct {
 	// same as people use it, naming the public endpoint where there is
 	// one. Both are nil for a cluster without a kubeconfig.
 	Kubeconfig, Public []byte
-	// Results holds what the plugins before this one found or made, by
-	// plugin, such as the Rancher cluster id.
+	// Results holds what the steps of the plugins before this one made,
+	// by plugin, such as the Rancher cluster id; nil when the plugins are
+	// read for a plan.
 	Results map[string]map[string]string
 	// IngressVIP and IngressPublic are the ingress addresses the provider
 	// allocated (OpenStack's ingress port and its floating IP), "" when
@@ -139,15 +140,13 @@ func (e *Engine) observePlugins(ctx context.Context, obs *Observation) error {
 			unread = "the cluster's kubeconfig could not be read: " + err.Error()
 		}
 	}
-	results := map[string]map[string]string{}
-	vip, ingressPublic := ingressOf(e.Infra, obs.Inventory)
+	env := e.pluginEnv(kubeconfig, public, obs.Inventory)
 	for _, pl := range plugins {
 		if deferred != "" || unread != "" {
 			obs.Plugins[pl.Name()] = pluginFacts{Deferred: deferred, Unread: unread}
 			continue
 		}
-		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results,
-			IngressVIP: vip, IngressPublic: ingressPublic, Project: projectOf(e.Infra)})
+		st, err := pl.Observe(ctx, env)
 		if err != nil {
 			obs.Plugins[pl.Name()] = pluginFacts{Unread: err.Error()}
 			continue
@@ -187,13 +186,12 @@ func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) 
 	// Without a kubeconfig (a cluster never built) a plugin is asked all
 	// the same: what it made elsewhere may exist.
 	kubeconfig, public, _ := e.kubeconfigs(ctx, EndpointOf(e.Cluster, e.Infra, inv))
-	results := map[string]map[string]string{}
-	vip, publicIngress := ingressOf(e.Infra, inv)
+	env := e.pluginEnv(kubeconfig, public, inv)
+	env.Teardown = true
 	for i := len(ordered) - 1; i >= 0; i-- {
 		pl := ordered[i]
 		name := pl.Name()
-		st, err := pl.Observe(ctx, PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: results,
-			IngressVIP: vip, IngressPublic: publicIngress, Project: projectOf(e.Infra), Teardown: true})
+		st, err := pl.Observe(ctx, env)
 		if err != nil {
 			p.Unread("the "+name+" plugin's objects", err.Error())
 			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait,
@@ -211,6 +209,15 @@ func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) 
 		}
 	}
 	return nil
+}
+
+// pluginEnv is what a plugin knows of the cluster: its kubeconfigs, the
+// cloud project, and the ingress addresses the provider reports in inv
+// (none for a nil inv). Results are filled as the plugins' steps run.
+func (e *Engine) pluginEnv(kubeconfig, public []byte, inv Inventory) PluginEnv {
+	env := PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Project: projectOf(e.Infra)}
+	env.IngressVIP, env.IngressPublic = ingressOf(e.Infra, inv)
+	return env
 }
 
 // Plugin operations.
@@ -315,7 +322,9 @@ func (r *run) pluginEnv(ctx context.Context, name string) (Plugin, PluginEnv, er
 	if r.results == nil {
 		r.results = map[string]map[string]string{}
 	}
-	return pl, PluginEnv{Cluster: r.e.Cluster, Kubeconfig: kubeconfig, Public: public, Results: r.results, Project: projectOf(r.e.Infra)}, nil
+	env := r.e.pluginEnv(kubeconfig, public, nil)
+	env.Results = r.results
+	return pl, env, nil
 }
 
 // applyPlugin makes one plugin step and keeps what it returns for the
