@@ -90,6 +90,19 @@ func (a *Agent) checkCluster(ctx context.Context, cluster, head string) {
 		case r.Scope == check.ScopeVersions && !r.Incomplete:
 			a.metrics.NodesCordoned(cluster, 0) // no running cluster to cordon
 		}
+		if r.Scope == check.ScopeCluster {
+			var configured []string
+			for _, p := range r.Plugins {
+				configured = append(configured, p.Name)
+			}
+			a.metrics.PluginsConfigured(cluster, configured)
+		}
+		for _, p := range r.Plugins {
+			switch p.State {
+			case check.StateInSync, check.StateDrift:
+				a.metrics.PluginChecked(cluster, p.Name, p.State == check.StateDrift)
+			}
+		}
 		a.metrics.CheckFinished(cluster, !r.Incomplete)
 	}
 	view := a.checkView(res)
@@ -162,6 +175,13 @@ func (a *Agent) checkView(res *CheckResult) *httpapi.CheckStatus {
 	}
 	for _, m := range r.Missing {
 		v.Missing = append(v.Missing, red(m))
+	}
+	for _, p := range r.Plugins {
+		ps := httpapi.PluginStatus{Name: red(p.Name), State: p.State, Reason: red(p.Reason)}
+		for _, st := range p.Steps {
+			ps.Steps = append(ps.Steps, red(st))
+		}
+		v.Plugins = append(v.Plugins, ps)
 	}
 	return v
 }

@@ -39,6 +39,8 @@ const (
 	StateInSync  = "in_sync"
 	StateDrift   = "drift"
 	StateUnknown = "unknown"
+	// StateDeferred is a plugin's only: the cluster has no API to ask.
+	StateDeferred = "deferred"
 )
 
 // Finding kinds: each finding needs attention.
@@ -85,6 +87,10 @@ type Report struct {
 	Cordoned []string `json:"cordoned"`
 	// Warnings are the config warnings of cluster.yaml.
 	Warnings []string `json:"warnings"`
+	// Plugins are the configured plugins (argocd, charts, rancher) against
+	// cluster.yaml, in the order they run; empty when the running cluster
+	// was not compared.
+	Plugins []Plugin `json:"plugins"`
 	// Findings is everything that needs attention, in a fixed order:
 	// updates, drift, cordons, then incomplete sources.
 	Findings []Finding `json:"findings"`
@@ -166,6 +172,19 @@ type Fact struct {
 	Reason string `json:"reason"`
 }
 
+// Plugin is one configured plugin against cluster.yaml.
+type Plugin struct {
+	Name string `json:"name"`
+	// State is StateInSync, StateDrift (a converge would make steps),
+	// StateDeferred (the cluster has no API to ask yet) or StateUnknown
+	// (what it manages could not be read).
+	State string `json:"state"`
+	// Reason says why the plugin is deferred or unknown.
+	Reason string `json:"reason"`
+	// Steps are what a converge would do, one line each.
+	Steps []string `json:"steps"`
+}
+
 // Finding is one thing that needs attention.
 type Finding struct {
 	// Kind is KindUpdate, KindDrift, KindCordon or KindIncomplete.
@@ -191,6 +210,9 @@ type Options struct {
 	Observation *reconcile.Observation
 	Observe     func(context.Context) (*reconcile.Observation, error)
 	NotObserved string
+	// Plugins says how the configured plugins stand in the observation
+	// (reconcile.Engine.PluginChecks); nil leaves them out.
+	Plugins func(context.Context, *reconcile.Observation) []reconcile.PluginCheck
 	// Redact removes secrets from every message of the report; nil keeps
 	// the messages as they are.
 	Redact func(string) string
@@ -267,6 +289,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	default:
 		compareCluster(r, c, obs)
+		if o.Plugins != nil && r.Scope == ScopeCluster {
+			comparePlugins(r, o.Plugins(ctx, obs))
+		}
 	}
 	r.decide()
 	if o.Redact != nil {
@@ -279,7 +304,7 @@ func newReport(cluster string, at time.Time) *Report {
 	return &Report{
 		Version: SchemaVersion, Cluster: cluster, CheckedAt: at, Scope: ScopeVersions,
 		IncompleteReasons: []string{}, Components: []Component{}, Nodes: []Node{},
-		Missing: []string{}, Cordoned: []string{}, Warnings: []string{}, Findings: []Finding{},
+		Missing: []string{}, Cordoned: []string{}, Warnings: []string{}, Plugins: []Plugin{}, Findings: []Finding{},
 	}
 }
 
@@ -581,6 +606,33 @@ func cutTag(image string) (repo, tag string, ok bool) {
 }
 
 // decide lists the findings and makes the exit decision.
+// comparePlugins records the plugins' standing: one drift finding per
+// plugin with steps to make, and an incomplete source per plugin whose
+// objects could not be read. A deferred plugin needs nothing yet.
+// pluginSubject starts the subject of a plugin's finding.
+const pluginSubject = "plugin "
+
+func comparePlugins(r *Report, checks []reconcile.PluginCheck) {
+	for _, pc := range checks {
+		p := Plugin{Name: pc.Name, Reason: pc.Reason, Steps: slices.Clone(pc.Steps)}
+		if p.Steps == nil {
+			p.Steps = []string{}
+		}
+		switch pc.State {
+		case reconcile.PluginInSync:
+			p.State = StateInSync
+		case reconcile.PluginDrift:
+			p.State = StateDrift
+		case reconcile.PluginDeferred:
+			p.State = StateDeferred
+		default:
+			p.State = StateUnknown
+			r.incomplete(pluginSubject+pc.Name, pc.Reason)
+		}
+		r.Plugins = append(r.Plugins, p)
+	}
+}
+
 func (r *Report) decide() {
 	for _, comp := range r.Components {
 		if comp.Update == nil {
@@ -627,6 +679,16 @@ func (r *Report) decide() {
 	for _, h := range r.Missing {
 		r.Findings = append(r.Findings, Finding{Kind: KindDrift, Subject: h,
 			Message: h + " is in cluster.yaml but does not exist (converge creates it)"})
+	}
+	for _, p := range r.Plugins {
+		if p.State != StateDrift {
+			continue
+		}
+		msg := fmt.Sprintf("the %s plugin has %s to make", p.Name, plural(len(p.Steps), "step"))
+		if len(p.Steps) > 0 {
+			msg += ", first: " + p.Steps[0]
+		}
+		r.Findings = append(r.Findings, Finding{Kind: KindDrift, Subject: pluginSubject + p.Name, Message: msg})
 	}
 	for _, h := range r.Cordoned {
 		r.Findings = append(r.Findings, Finding{Kind: KindCordon, Subject: h,
@@ -678,6 +740,10 @@ func (r *Report) redact(f func(string) string) {
 		fact(&r.Nodes[i].Talos)
 		fact(&r.Nodes[i].Kubelet)
 		fact(&r.Nodes[i].Installer)
+	}
+	for i := range r.Plugins {
+		r.Plugins[i].Reason = f(r.Plugins[i].Reason)
+		each(r.Plugins[i].Steps)
 	}
 	for i := range r.Findings {
 		r.Findings[i].Message = f(r.Findings[i].Message)

@@ -342,6 +342,35 @@ func TestRun(t *testing.T) {
 					t.Errorf("incomplete %v %q", r.Incomplete, r.IncompleteReasons)
 				}
 			}},
+		{name: "plugins", attention: true, scope: ScopeCluster, findings: []string{"drift plugin charts", "incomplete plugin rancher"},
+			opts: func() Options {
+				return Options{Cluster: c, Releases: upstream(nil, nil), Observation: runningCluster(t, c, "v1.13.8", "v1.36.3"),
+					Plugins: func(context.Context, *reconcile.Observation) []reconcile.PluginCheck {
+						return []reconcile.PluginCheck{
+							{Name: "charts", State: reconcile.PluginDrift, Steps: []string{"update release traefik: chart values changed"}},
+							{Name: "rancher", State: reconcile.PluginUnknown, Reason: "GET /v3/clusters returned 503: unavailable"},
+							{Name: "argocd", State: reconcile.PluginInSync},
+						}
+					}}
+			},
+			check: func(t *testing.T, r *Report) {
+				if len(r.Plugins) != 3 || r.Plugins[0].State != StateDrift || r.Plugins[1].State != StateUnknown || r.Plugins[2].State != StateInSync {
+					t.Errorf("plugins %+v", r.Plugins)
+				}
+				var b strings.Builder
+				if err := WriteText(&b, r); err != nil {
+					t.Fatal(err)
+				}
+				for _, want := range []string{"charts: drift, converge would make 1 step", "    update release traefik: chart values changed",
+					"rancher: unknown: GET /v3/clusters returned 503", "argocd: in sync", "drift in 1 plugin"} {
+					if !strings.Contains(b.String(), want) {
+						t.Errorf("the text report lacks %q:\n%s", want, b.String())
+					}
+				}
+				if strings.Contains(b.String(), "drift on") {
+					t.Errorf("a plugin's drift was counted as a machine's:\n%s", b.String())
+				}
+			}},
 		{name: "a missing machine", attention: true, scope: ScopeCluster, findings: []string{"drift unit-worker-01"},
 			opts: func() Options {
 				obs := runningCluster(t, c, "v1.13.8", "v1.36.3")

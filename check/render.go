@@ -54,6 +54,10 @@ func WriteText(w io.Writer, r *Report) error {
 		writeNodes(b, r)
 	}
 
+	if len(r.Plugins) > 0 {
+		writePlugins(b, r.Plugins)
+	}
+
 	if len(r.Warnings) > 0 {
 		b.WriteString("\nConfig warnings\n")
 		for _, wn := range r.Warnings {
@@ -79,6 +83,25 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writePlugins lists the configured plugins and what a converge would do
+// for each.
+func writePlugins(b *strings.Builder, plugins []Plugin) {
+	b.WriteString("\nPlugins (against cluster.yaml)\n")
+	for _, p := range plugins {
+		switch p.State {
+		case StateInSync:
+			fmt.Fprintf(b, "  %s: in sync\n", p.Name)
+		case StateDrift:
+			fmt.Fprintf(b, "  %s: drift, converge would make %s\n", p.Name, plural(len(p.Steps), "step"))
+			for _, st := range p.Steps {
+				fmt.Fprintf(b, "    %s\n", st)
+			}
+		default:
+			fmt.Fprintf(b, "  %s: %s: %s\n", p.Name, p.State, p.Reason)
+		}
+	}
 }
 
 func writeNodes(b *strings.Builder, r *Report) {
@@ -167,9 +190,13 @@ func factLine(f Fact) string {
 func summary(r *Report) string {
 	counts := map[string]int{}
 	drifted := map[string]bool{}
+	plugins := 0
 	for _, f := range r.Findings {
 		counts[f.Kind]++
-		if f.Kind == KindDrift && f.Subject != apiSubject {
+		switch {
+		case f.Kind == KindDrift && strings.HasPrefix(f.Subject, pluginSubject):
+			plugins++
+		case f.Kind == KindDrift && f.Subject != apiSubject:
 			drifted[f.Subject] = true
 		}
 	}
@@ -182,8 +209,11 @@ func summary(r *Report) string {
 				if len(drifted) > 0 {
 					parts = append(parts, "drift on "+plural(len(drifted), "machine"))
 				}
-				if len(drifted) < n && slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Subject == apiSubject }) {
+				if slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Subject == apiSubject }) {
 					parts = append(parts, "drift of the Kubernetes API server")
+				}
+				if plugins > 0 {
+					parts = append(parts, "drift in "+plural(plugins, "plugin"))
 				}
 			} else {
 				parts = append(parts, plural(n, k.what))

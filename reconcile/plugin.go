@@ -448,3 +448,74 @@ func pluginsIdle(c *spec.Cluster, plugins []Plugin) []string {
 	}
 	return out
 }
+
+// States of a plugin in a check (PluginCheck.State).
+const (
+	PluginInSync   = "in_sync"
+	PluginDrift    = "drift"
+	PluginDeferred = "deferred"
+	PluginUnknown  = "unknown"
+)
+
+// PluginCheck is how one configured plugin stands against cluster.yaml,
+// as check and the status page show it.
+type PluginCheck struct {
+	Name string
+	// State is PluginInSync, PluginDrift (a converge would make steps),
+	// PluginDeferred (the cluster has no API to ask yet) or PluginUnknown
+	// (its objects could not be read, or it could not plan).
+	State string
+	// Reason says why the plugin is deferred or unknown.
+	Reason string
+	// Steps are what a converge would do, one line each, refusals too.
+	Steps []string
+}
+
+// PluginChecks says how each configured plugin stands in obs (an
+// observation of this engine, from Observe), in the order the plugins run:
+// it reads what the plugins manage when obs does not hold it yet, plans
+// from that, and changes nothing.
+func (e *Engine) PluginChecks(ctx context.Context, obs *Observation) []PluginCheck {
+	ordered, err := orderPlugins(e.Plugins, e.Cluster)
+	if err != nil {
+		return []PluginCheck{{Name: "plugins", State: PluginUnknown, Reason: err.Error()}}
+	}
+	if len(ordered) > 0 && obs.Plugins == nil && !obs.Offline {
+		if err := e.observePlugins(ctx, obs); err != nil {
+			return []PluginCheck{{Name: "plugins", State: PluginUnknown, Reason: err.Error()}}
+		}
+	}
+	out := make([]PluginCheck, 0, len(ordered))
+	for _, pl := range ordered {
+		name := pl.Name()
+		f, ok := obs.Plugins[name]
+		pc := PluginCheck{Name: name}
+		switch {
+		case obs.Offline:
+			pc.State, pc.Reason = PluginUnknown, "offline: the plugin's objects were not read"
+		case !ok:
+			pc.State, pc.Reason = PluginUnknown, "its objects were not read"
+		case f.Deferred != "":
+			pc.State, pc.Reason = PluginDeferred, f.Deferred
+		case f.Unread != "":
+			pc.State, pc.Reason = PluginUnknown, f.Unread
+		default:
+			steps, err := pl.Plan(e.Cluster, f.State)
+			if err != nil {
+				pc.State, pc.Reason = PluginUnknown, "it could not plan: "+err.Error()
+				break
+			}
+			pc.State = PluginInSync
+			for _, st := range steps {
+				pc.State = PluginDrift
+				line := fmt.Sprintf("%s %s %s", st.Action, st.Resource.Kind, st.Resource.Name)
+				if st.Reason != "" {
+					line += ": " + st.Reason
+				}
+				pc.Steps = append(pc.Steps, line)
+			}
+		}
+		out = append(out, pc)
+	}
+	return out
+}

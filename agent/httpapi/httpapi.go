@@ -287,6 +287,20 @@ type CheckStatus struct {
 	Nodes []NodeStatus
 	// Missing are machines cluster.yaml wants that do not exist.
 	Missing []string
+	// Plugins are the configured plugins against cluster.yaml, in the
+	// order they run; empty when the running cluster was not compared.
+	Plugins []PluginStatus
+}
+
+// PluginStatus is one configured plugin as the last check found it.
+type PluginStatus struct {
+	Name string
+	// State is in_sync, drift, deferred or unknown; Reason says why a
+	// plugin is deferred or unknown.
+	State  string
+	Reason string
+	// Steps are what a converge would do.
+	Steps []string
 }
 
 // ComponentStatus is one pinned component against its releases.

@@ -164,7 +164,11 @@ section.cluster { border-top: 2px solid #ccc; margin-top: 2rem; }
 {{range .DriftChanges}}<li>{{.}}</li>
 {{end}}{{if .DriftMore}}<li>and {{.DriftMore}} more (see the plan)</li>
 {{end}}</ul>
-{{end}}{{with .Check}}{{if .Incomplete}}<h3>Check incomplete</h3>
+{{end}}{{with .Check}}{{if .Plugins}}<h3>Plugins</h3>
+<ul class="plugins">
+{{range .Plugins}}<li data-plugin="{{.Name}}" data-state="{{.State}}"><code>{{.Name}}</code>: {{if eq .State "in_sync"}}in sync{{else if eq .State "drift"}}<span class="drift">drift</span>, a converge would make {{len .Steps}} {{if eq (len .Steps) 1}}step{{else}}steps{{end}}{{if .Steps}}:<ul>{{range .Steps}}<li>{{.}}</li>{{end}}</ul>{{end}}{{else if eq .State "deferred"}}deferred: {{.Reason}}{{else}}<span class="failure">unknown: {{.Reason}}</span>{{end}}</li>
+{{end}}</ul>
+{{end}}{{if .Incomplete}}<h3>Check incomplete</h3>
 <p>The last check could not read everything, so it cannot say all is well:</p>
 <ul class="incomplete">
 {{range .Incomplete}}<li>{{.}}</li>

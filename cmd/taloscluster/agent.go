@@ -544,6 +544,7 @@ func (r *agentRunner) Check(ctx context.Context, cluster string, files fs.FS) (*
 			obs = o
 			return o, err
 		}
+		opts.Plugins = e.PluginChecks
 	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/taloscluster/taloscluster/check"
 	"github.com/taloscluster/taloscluster/lab/kube/realkube"
 )
 
@@ -70,10 +74,38 @@ func TestConvergeRegistersWithArgoCD(t *testing.T) {
 	if code, out, errOut := cli(t, "plan", "-C", dir); code != 0 || !strings.Contains(out, "No changes") {
 		t.Fatalf("plan after converge (exit %d):\n%s\n%s", code, out, errOut)
 	}
+	if r := checkPlugins(t, dir); len(r.Plugins) != 1 || r.Plugins[0].Name != "argocd" || r.Plugins[0].State != check.StateInSync {
+		t.Errorf("check after converge: plugins %+v, want argocd in sync", r.Plugins)
+	}
+	// Someone edits the AppProject on Argo CD's side: check finds it.
+	projects := dyn.Resource(schema.GroupVersionResource{Group: "argoproj.io", Version: "v1alpha1", Resource: "appprojects"}).Namespace("argocd")
+	if _, err := projects.Patch(t.Context(), "argo", types.MergePatchType, []byte(`{"spec":{"description":"edited by hand"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := checkPlugins(t, dir)
+	if len(r.Plugins) != 1 || r.Plugins[0].State != check.StateDrift || len(r.Plugins[0].Steps) != 1 || !strings.Contains(r.Plugins[0].Steps[0], "argo") {
+		t.Errorf("check after the AppProject was edited: plugins %+v, want argocd drift with one step", r.Plugins)
+	}
+	if !slices.ContainsFunc(r.Findings, func(f check.Finding) bool { return f.Kind == check.KindDrift && f.Subject == "plugin argocd" }) {
+		t.Errorf("check after the AppProject was edited: no drift finding for the plugin: %+v", r.Findings)
+	}
 	if code, out, errOut := cli(t, "destroy", "-C", dir, "--yes"); code != 0 {
 		t.Fatalf("destroy (exit %d):\n%s\n%s", code, out, errOut)
 	}
 	if _, err := apps.Get(t.Context(), "argo-cluster", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the cluster's Application after destroy: %v", err)
 	}
+}
+
+// checkPlugins runs check -o json on dir with no release source to read
+// (the releases are then unknown and the check incomplete) and returns
+// its report, for what it says of the cluster and its plugins.
+func checkPlugins(t *testing.T, dir string) *check.Report {
+	t.Helper()
+	_, out, errOut := cli(t, "check", "-C", dir, "-o", "json", "--github-api", "https://127.0.0.1:1/")
+	var r check.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("check -o json: %v\n%s\n%s", err, out, errOut)
+	}
+	return &r
 }

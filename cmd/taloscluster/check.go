@@ -133,6 +133,7 @@ func checkObserver(cmd *cobra.Command, dir string, c *spec.Cluster, opts *check.
 	}
 	e.Progress = io.Discard
 	opts.Observe = e.Observe
+	opts.Plugins = e.PluginChecks
 	return nil
 }
 

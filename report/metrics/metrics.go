@@ -22,6 +22,7 @@ package metrics
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -150,6 +151,7 @@ type Metrics struct {
 	update        *prometheus.GaugeVec
 	behind        *prometheus.GaugeVec
 	cordoned      *prometheus.GaugeVec
+	pluginDrift   *prometheus.GaugeVec
 	checkSuccess  *prometheus.GaugeVec
 	lastFetch     prometheus.Gauge
 	fetches       *prometheus.CounterVec
@@ -246,6 +248,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Name:      "nodes_cordoned",
 			Help:      "Kubernetes nodes of the cluster marked unschedulable, as the last check that could read the Kubernetes API found them.",
 		}, []string{"cluster"}),
+		pluginDrift: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "plugin_drift",
+			Help:      "1 when the last check that could read a configured plugin's objects found steps a converge would make (argocd, charts, rancher), else 0.",
+		}, []string{"cluster", "plugin"}),
 		checkSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace,
 			Name:      "cluster_check_success",
@@ -306,7 +313,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.runs, m.runDuration, m.lastSuccess, m.drift, m.driftCheck, m.running, m.failing, m.waiting, m.leaseHeld,
-		m.update, m.behind, m.cordoned, m.checkSuccess, m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
+		m.update, m.behind, m.cordoned, m.pluginDrift, m.checkSuccess, m.lastFetch, m.fetches, m.githubCalls, m.rateRemaining, m.queueDepth,
 		m.remediations,
 	}
 }
@@ -384,6 +391,7 @@ func (m *Metrics) dropCheck(l prometheus.Labels) {
 	m.update.DeletePartialMatch(l)
 	m.behind.DeletePartialMatch(l)
 	m.cordoned.DeletePartialMatch(l)
+	m.pluginDrift.DeletePartialMatch(l)
 	m.checkSuccess.DeletePartialMatch(l)
 }
 
@@ -568,6 +576,34 @@ func (m *Metrics) ComponentChecked(cluster string, component Component, updateAv
 // unschedulable, as a check that read the Kubernetes API found them.
 func (m *Metrics) NodesCordoned(cluster string, n int) {
 	m.cordoned.WithLabelValues(m.ClusterLabel(cluster)).Set(float64(max(n, 0)))
+}
+
+// Plugins whose drift is a series; any other name is InvalidLabel.
+var pluginNames = []string{"argocd", "charts", "rancher"}
+
+// PluginChecked records whether a configured plugin of cluster has steps
+// a converge would make, as a check that read its objects found.
+func (m *Metrics) PluginChecked(cluster, plugin string, drift bool) {
+	label := InvalidLabel
+	if slices.Contains(pluginNames, plugin) {
+		label = plugin
+	}
+	v := 0.0
+	if drift {
+		v = 1
+	}
+	m.pluginDrift.WithLabelValues(m.ClusterLabel(cluster), label).Set(v)
+}
+
+// PluginsConfigured drops the drift series of cluster's plugins that are
+// not among configured (a section removed from cluster.yaml).
+func (m *Metrics) PluginsConfigured(cluster string, configured []string) {
+	c := m.ClusterLabel(cluster)
+	for _, name := range pluginNames {
+		if !slices.Contains(configured, name) {
+			m.pluginDrift.DeleteLabelValues(c, name)
+		}
+	}
 }
 
 // CheckFinished records the end of a check of cluster: complete is true

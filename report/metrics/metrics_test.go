@@ -470,6 +470,9 @@ func TestCheckSeries(t *testing.T) {
 	m.ComponentChecked("clusters/a", metrics.ComponentTalos, true, 1)
 	m.ComponentChecked("clusters/a", metrics.ComponentKubernetes, true, 0) // a newer minor, no newer patch
 	m.NodesCordoned("clusters/a", 2)
+	m.PluginChecked("clusters/a", "argocd", true)
+	m.PluginChecked("clusters/a", "charts", false)
+	m.PluginChecked("clusters/a", `argocd"} 1`, true)
 	m.CheckFinished("clusters/a", true)
 	talos := map[string]string{"cluster": "clusters/a", "component": "talos"}
 	kube := map[string]string{"cluster": "clusters/a", "component": "kubernetes"}
@@ -484,6 +487,10 @@ func TestCheckSeries(t *testing.T) {
 		{"taloscluster_patch_releases_behind", kube, 0},
 		{"taloscluster_nodes_cordoned", map[string]string{"cluster": "clusters/a"}, 2},
 		{"taloscluster_cluster_check_success", map[string]string{"cluster": "clusters/a"}, 1},
+		{"taloscluster_plugin_drift", map[string]string{"cluster": "clusters/a", "plugin": "argocd"}, 1},
+		{"taloscluster_plugin_drift", map[string]string{"cluster": "clusters/a", "plugin": "charts"}, 0},
+		// Only the known plugins become labels.
+		{"taloscluster_plugin_drift", map[string]string{"cluster": "clusters/a", "plugin": metrics.InvalidLabel}, 1},
 	} {
 		if got := value(m, c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -500,6 +507,12 @@ func TestCheckSeries(t *testing.T) {
 		t.Errorf("check_success after an incomplete check %v, want 0", got)
 	}
 
+	// The charts section was removed: its series goes, argocd's stays.
+	m.PluginsConfigured("clusters/a", []string{"argocd"})
+	if n, err := testutil.GatherAndCount(reg, "taloscluster_plugin_drift"); err != nil || n != 2 {
+		t.Errorf("plugin_drift: %d series after charts was removed (%v), want argocd's and the invalid one", n, err)
+	}
+
 	// Only the fixed components become labels; a negative count is 0.
 	m.ComponentChecked("clusters/a", metrics.Component(`talos"} 1`), true, -3)
 	if got := value(m, "taloscluster_patch_releases_behind", map[string]string{"cluster": "clusters/a", "component": metrics.InvalidLabel}); got != 0 {
@@ -510,7 +523,7 @@ func TestCheckSeries(t *testing.T) {
 	// report now.
 	m.LeaseHeld("clusters/a", false)
 	for _, name := range []string{"taloscluster_update_available", "taloscluster_patch_releases_behind",
-		"taloscluster_nodes_cordoned", "taloscluster_cluster_check_success"} {
+		"taloscluster_nodes_cordoned", "taloscluster_plugin_drift", "taloscluster_cluster_check_success"} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {
 			t.Errorf("%s: %d series after the Lease went elsewhere (%v), want none", name, n, err)
 		}
