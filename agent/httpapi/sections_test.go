@@ -70,6 +70,11 @@ var checked = &httpapi.CheckStatus{
 		{Name: "prod-a-worker-02", Role: "worker"},
 	},
 	Missing: []string{"prod-a-worker-03"},
+	Plugins: []httpapi.PluginStatus{
+		{Name: "charts", State: "drift", Steps: []string{"update release traefik: chart values changed"}},
+		{Name: "rancher", State: "deferred", Reason: "the cluster is not bootstrapped yet"},
+		{Name: "argocd", State: "in_sync"},
+	},
 }
 
 func TestStatusPageClusterSections(t *testing.T) {
@@ -138,6 +143,9 @@ func TestStatusPageNodesTable(t *testing.T) {
 			Nodes: []httpapi.NodeStatus{{Name: "n1", Role: "worker", Talos: "v1.13.8"}}}},
 	}})
 	prod := section(t, body, "clusters-prod-a")
+	contains(t, "the plugins", prod, `<li data-plugin="charts" data-state="drift"><code>charts</code>: <span class="drift">drift</span>, a converge would make 1 step:<ul><li>update release traefik: chart values changed</li></ul>`,
+		`<li data-plugin="rancher" data-state="deferred"><code>rancher</code>: deferred: the cluster is not bootstrapped yet</li>`,
+		`<li data-plugin="argocd" data-state="in_sync"><code>argocd</code>: in sync</li>`)
 	contains(t, "the nodes table", prod,
 		`<table class="nodes"><caption>Nodes</caption>`,
 		`<thead><tr><th scope="col">Node</th><th scope="col">Role</th><th scope="col">Talos</th><th scope="col">Kubernetes</th><th scope="col">Ready</th><th scope="col">Scheduling</th></tr></thead>`,
@@ -277,6 +285,7 @@ func TestStatusPageSectionsEscapeEveryField(t *testing.T) {
 				},
 				Nodes:   []httpapi.NodeStatus{{Name: attr, Role: h, Talos: h, TalosWant: attr, Kubernetes: h, KubernetesWant: attr, InKubernetes: true}},
 				Missing: []string{h, attr},
+				Plugins: []httpapi.PluginStatus{{Name: attr, State: "drift", Steps: []string{h, attr}}, {Name: h, State: "unknown", Reason: attr}},
 			},
 			Runs: []httpapi.Run{{Kind: h, Commit: attr, PR: 7, Result: attr, Detail: h, PlanID: `javascript:alert(1)//"><script>`}},
 		}},
