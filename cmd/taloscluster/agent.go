@@ -11,10 +11,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -588,7 +590,44 @@ func (r *agentRunner) Endpoints(cluster string, files fs.FS) (agent.Endpoints, e
 		out.TLS = append(out.TLS, agent.TLSTrust{Key: "openstack.tls_verify", Verify: os.TLSVerify.Verify,
 			CAFile: os.TLSVerify.CAFile, CADigest: caDigest(files, os.TLSVerify.CAFile)})
 	}
+	out.URLs = append(out.URLs, pluginEndpoints(c.Plugins)...)
 	return out, nil
+}
+
+// pluginEndpoints are the URLs of the plugin sections a credential goes
+// to or the agent fetches from: rancher.url (the Rancher token),
+// argocd.git.url (Argo CD sends the repository token there), and each
+// charts entry's repo and manifest URLs (read while planning). A known
+// chart's default repository is the project's, not the pull request's.
+func pluginEndpoints(p spec.Plugins) []agent.Endpoint {
+	var out []agent.Endpoint
+	text := func(m map[string]any, key string) string {
+		s, _ := m[key].(string)
+		return s
+	}
+	if u := text(p.Rancher, "url"); u != "" {
+		out = append(out, agent.Endpoint{Key: "rancher.url", URL: u})
+	}
+	if git, ok := p.ArgoCD["git"].(map[string]any); ok && text(git, "url") != "" {
+		out = append(out, agent.Endpoint{Key: "argocd.git.url", URL: text(git, "url")})
+	}
+	for _, name := range slices.Sorted(maps.Keys(p.Charts)) {
+		entry, _ := p.Charts[name].(map[string]any)
+		if u := text(entry, "repo"); u != "" {
+			out = append(out, agent.Endpoint{Key: "charts." + name + ".repo", URL: u})
+		}
+		switch m := entry["manifest"].(type) {
+		case string:
+			out = append(out, agent.Endpoint{Key: "charts." + name + ".manifest", URL: m})
+		case []any:
+			for _, u := range m {
+				if s, ok := u.(string); ok {
+					out = append(out, agent.Endpoint{Key: "charts." + name + ".manifest", URL: s})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // caDigest identifies the content of a tls_verify CA bundle, read the way
