@@ -299,6 +299,9 @@ func OfflinePlan(c *spec.Cluster, warnings []spec.Problem, infra Infra, plugins 
 // change is a step (or a refusal) of its own, never hidden in a config
 // diff, and a config is never baked at a version the node has not reached.
 func (e *Engine) observe(ctx context.Context) (*Desired, *Observation, error) {
+	if err := e.preflightPlugins(); err != nil {
+		return nil, nil, err
+	}
 	obs, err := e.Observe(ctx)
 	if err != nil {
 		return nil, nil, err

@@ -38,6 +38,33 @@ type Plugin interface {
 	Apply(ctx context.Context, env PluginEnv, ch plan.Change) (map[string]string, error)
 }
 
+// PluginPreflighter is a plugin that can tell, without I/O beyond reading its
+// own local files, that its section cannot be used (a kubeconfig that is
+// not one, a setting the provider cannot give). Converge and plan call it
+// before reading anything: a configuration the plugin cannot use stops
+// the run before its first step, not after the machines were changed.
+type PluginPreflighter interface {
+	Preflight(c *spec.Cluster) error
+}
+
+// preflightPlugins runs the configured plugins' preflights; the error
+// names each plugin that refused.
+func (e *Engine) preflightPlugins() error {
+	ordered, err := orderPlugins(e.Plugins, e.Cluster)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pl := range ordered {
+		if pf, ok := pl.(PluginPreflighter); ok {
+			if err := pf.Preflight(e.Cluster); err != nil {
+				errs = append(errs, fmt.Errorf("the %s plugin cannot run: %w", pl.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // PluginState is what a plugin's Observe read, for its Plan.
 type PluginState any
 

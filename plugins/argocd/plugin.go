@@ -272,6 +272,23 @@ func leftovers(name string, rendered []*unstructured.Unstructured) []*unstructur
 	return out
 }
 
+// Preflight refuses a section the plugin cannot use, before converge
+// changes anything: a kubeconfig that cannot be read or is not one, a
+// context it does not have, cinder's cloud config without an OpenStack
+// application credential to put in it.
+func (p *Plugin) Preflight(c *spec.Cluster) error {
+	if _, err := p.argoClient(c); err != nil {
+		return err
+	}
+	s := SettingsOf(c)
+	if s.GitURL != "" && s.enabled("cinder") {
+		if _, err := cinder(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // argoClient is the client of Argo CD's cluster: the kubeconfig file
 // argocd.kubeconfig names in the cluster directory, and its context
 // argocd.context (or the current one).

@@ -359,3 +359,37 @@ current-context: admin@science
 		t.Error("a kubeconfig without a context was read")
 	}
 }
+
+// Preflight refuses, before anything is read from a cluster, a section
+// the plugin cannot use; a usable one passes.
+func TestPreflight(t *testing.T) {
+	t.Parallel()
+	kubeconfig := []byte("apiVersion: v1\nkind: Config\nclusters: [{name: argo, cluster: {server: 'https://127.0.0.1:1'}}]\n" +
+		"users: [{name: admin, user: {token: secret-token-value}}]\ncontexts: [{name: argo, context: {cluster: argo, user: admin}}]\ncurrent-context: argo\n")
+	files := fstest.MapFS{"argocd.kubeconfig": {Data: kubeconfig}, "broken.kubeconfig": {Data: []byte("token: secret-token-value\n: [")}}
+	cinder := "  cinder: {enabled: true}\n"
+	for _, tc := range []struct {
+		name, example, extra, want string
+	}{
+		{name: "usable", example: "proxmox-bridge", extra: base},
+		{name: "context alone in the agent", example: "proxmox-bridge", extra: "argocd:\n  context: argo\n", want: "argocd.context alone"},
+		{name: "a missing kubeconfig", example: "proxmox-bridge", extra: strings.Replace(base, "argocd.kubeconfig", "nowhere.kubeconfig", 1), want: "argocd.kubeconfig"},
+		{name: "not a kubeconfig", example: "proxmox-bridge", extra: strings.Replace(base, "argocd.kubeconfig", "broken.kubeconfig", 1), want: "is not a kubeconfig file"},
+		{name: "a path out of the secrets directory", example: "proxmox-bridge", extra: strings.Replace(base, "argocd.kubeconfig", "../argocd.kubeconfig", 1), want: "inside the cluster's secrets directory"},
+		{name: "cinder on proxmox", example: "proxmox-bridge", extra: base + cinder, want: "requires an OpenStack application credential"},
+		{name: "cinder on openstack", example: "openstack", extra: base + cinder},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			err := argocd.New(files).Preflight(load(t, tc.example, tc.extra, ""))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one saying %q", err, tc.want)
+			case err != nil && strings.Contains(err.Error(), "secret-token-value"):
+				t.Fatalf("the error quotes the kubeconfig: %v", err)
+			}
+		})
+	}
+}

@@ -268,3 +268,32 @@ func TestPluginSectionNamingNowhere(t *testing.T) {
 		t.Errorf("plugin steps for a plugin that does not run: %v", pluginSteps(p))
 	}
 }
+
+// refusingPlugin is a plugin whose section cannot be used: its Preflight
+// refuses it.
+type refusingPlugin struct{ nsPlugin }
+
+func (*refusingPlugin) Preflight(*spec.Cluster) error {
+	return errors.New("its kubeconfig is not a kubeconfig file")
+}
+
+// TestAPluginThatCannotRunStopsConvergeBeforeAnyChange: a plugin whose
+// configuration cannot be used (its Preflight refuses it) fails plan and
+// converge before anything is read or changed, naming the plugin, so a
+// cluster is never half-built because of a plugin section.
+func TestAPluginThatCannotRunStopsConvergeBeforeAnyChange(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "unusable", 0)
+	var order []string
+	e := w.engine(t)
+	e.Plugins = []reconcile.Plugin{&refusingPlugin{nsPlugin{name: "gamma", order: &order}}}
+	if _, err := e.Plan(t.Context()); err == nil || !strings.Contains(err.Error(), "the gamma plugin cannot run: its kubeconfig is not a kubeconfig file") {
+		t.Fatalf("plan: %v, want the plugin's refusal", err)
+	}
+	if err := e.Converge(t.Context()); err == nil || !strings.Contains(err.Error(), "the gamma plugin cannot run") {
+		t.Fatalf("converge: %v, want the plugin's refusal", err)
+	}
+	if n := w.mutations(); n != 0 {
+		t.Errorf("converge made %d changes before refusing the plugin", n)
+	}
+}
