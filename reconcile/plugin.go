@@ -268,16 +268,31 @@ func planPlugins(p *plan.Plan, want *Desired, obs *Observation, plugins []Plugin
 	if err != nil {
 		return err
 	}
+	// stepping holds the plugins with steps in this plan: a plugin after
+	// one of them reads its results only once its steps are made.
+	stepping := map[string]bool{}
 	for _, pl := range ordered {
 		name := pl.Name()
 		f, ok := obs.Plugins[name]
 		res := plan.Resource{Kind: plan.KindPlugin, Name: name}
+		waitsFor := ""
+		for _, dep := range pl.After() {
+			if stepping[dep] {
+				waitsFor = dep
+			}
+		}
 		switch {
+		case ok && f.Deferred == "" && f.Unread == "" && waitsFor != "":
+			stepping[name] = true
+			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait, Resource: res,
+				Reason:  "deferred: it uses what the " + waitsFor + " plugin's steps make, so it is read, planned and made once they are",
+				Expects: "the " + waitsFor + " plugin's steps were made", Op: pluginLater{plugin: name}})
 		case !ok:
 			p.Unread("the "+name+" plugin's objects", "they were not read")
 			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait, Resource: res,
 				Reason: "not read: the plugin runs only when its objects were read", Op: pluginUnread{plugin: name, reason: "they were not read"}})
 		case f.Deferred != "":
+			stepping[name] = true
 			p.Add(plan.Change{Phase: plan.PhasePlugins, Domain: plan.DomainKube, Action: plan.ActionWait, Resource: res,
 				Reason: "deferred: " + f.Deferred, Expects: "the cluster passed the health gate", Op: pluginLater{plugin: name}})
 		case f.Unread != "":
@@ -293,6 +308,7 @@ func planPlugins(p *plan.Plan, want *Desired, obs *Observation, plugins []Plugin
 			for _, st := range steps {
 				p.Add(wrapPluginStep(name, st))
 			}
+			stepping[name] = len(steps) > 0
 		}
 	}
 	return nil

@@ -211,6 +211,16 @@ func TestPluginsRunAfterTheHealthGate(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// beta runs after alpha and uses its results: while alpha has steps,
+	// beta is planned and made once they are.
+	p, err = engine().Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps := pluginSteps(p); len(steps) != 2 || steps[0].Resource.Name != "plugin-alpha" || steps[1].Resource.Name != "beta" ||
+		!strings.Contains(steps[1].Reason, "deferred: it uses what the alpha plugin's steps make") {
+		t.Fatalf("the plan with alpha's namespace to fix: %+v", steps)
+	}
 	first.fail = errors.New("alpha's API refused")
 	order = nil
 	err = engine().Converge(ctx)
