@@ -249,6 +249,9 @@ func Launch(dir string, bins map[string]string, opts Options) (*ControlPlane, er
 		if err == nil && string(body) == "ok" {
 			break
 		}
+		if p := cp.exitedProcess(); p != nil {
+			return cp, fmt.Errorf("waiting for kube-apiserver to be ready: %s exited (%v); its log ends:\n%s", p.name, p.err, cp.Logs(20))
+		}
 		if time.Now().After(deadline) {
 			return cp, fmt.Errorf("waiting for kube-apiserver to be ready: %w", err)
 		}
@@ -271,6 +274,22 @@ type process struct {
 	cmd    *exec.Cmd
 	log    *os.File
 	exited chan error
+	// done is closed once the process has exited, with err its end.
+	done chan struct{}
+	err  error
+}
+
+// exitedProcess returns a process of the control plane that has exited,
+// nil while all run.
+func (cp *ControlPlane) exitedProcess() *process {
+	for _, p := range cp.procs {
+		select {
+		case <-p.done:
+			return p
+		default:
+		}
+	}
+	return nil
 }
 
 // startProcess runs a binary with its output in dir/NAME.log.
@@ -286,8 +305,13 @@ func (cp *ControlPlane) startProcess(name, bin string, args ...string) error {
 		_ = logFile.Close()
 		return fmt.Errorf("starting %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, log: logFile, exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait() }()
+	p := &process{name: name, cmd: cmd, log: logFile, exited: make(chan error, 1), done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.err = err
+		close(p.done)
+		p.exited <- err
+	}()
 	cp.procs = append(cp.procs, p)
 	return nil
 }
