@@ -36,11 +36,11 @@ func TestPickPrincipal(t *testing.T) {
 
 func TestPrincipalStem(t *testing.T) {
 	for id, want := range map[string]string{
-		"ldap://uid=alice,ou=People,dc=example,dc=org":           "alice",
-		"openldap_user://uid=bob,ou=People,dc=example,dc=org":    "bob",
-		"local://alice":                                          "alice",
+		"ldap://uid=alice,ou=People,dc=example,dc=org":        "alice",
+		"openldap_user://uid=bob,ou=People,dc=example,dc=org": "bob",
+		"local://alice": "alice",
 		"activedirectory_user://CN=carol,OU=Users,DC=corp,DC=io": "carol",
-		"github_user://12345":                                    "12345",
+		"github_user://12345": "12345",
 	} {
 		if got := principalStem(id); got != want {
 			t.Errorf("principalStem(%q) = %q, want %q", id, got, want)
@@ -176,11 +176,11 @@ func TestReconcileBindings(t *testing.T) {
 
 func TestManifestURL(t *testing.T) {
 	for cmd, want := range map[string]string{
-		"kubectl apply -f https://r.example/v3/import/tok_c-1.yaml":                        "https://r.example/v3/import/tok_c-1.yaml",
+		"kubectl apply -f https://r.example/v3/import/tok_c-1.yaml":                          "https://r.example/v3/import/tok_c-1.yaml",
 		"curl --insecure -sfL https://r.example/v3/import/tok_c-1.yaml | kubectl apply -f -": "https://r.example/v3/import/tok_c-1.yaml",
-		`kubectl apply -f "https://r.example/v3/import/tok_c-1.yaml"`:                      "",
-		"kubectl apply -f https://r.example/v3/import/tok_c-1.yaml'":                       "https://r.example/v3/import/tok_c-1.yaml",
-		"kubectl apply -f http://r.example/v3/import/tok_c-1.yaml":                         "",
+		`kubectl apply -f "https://r.example/v3/import/tok_c-1.yaml"`:                        "",
+		"kubectl apply -f https://r.example/v3/import/tok_c-1.yaml'":                         "https://r.example/v3/import/tok_c-1.yaml",
+		"kubectl apply -f http://r.example/v3/import/tok_c-1.yaml":                           "",
 		"": "",
 	} {
 		if got := manifestURL(cmd); got != want {
