@@ -306,7 +306,7 @@ func (s *Server) createBinding(w http.ResponseWriter, body []byte) {
 	case !slices.Contains(roleTemplates, in.RoleTemplateID):
 		fieldError(w, http.StatusUnprocessableEntity, "InvalidReference", "roleTemplateId", "")
 	case (in.UserPrincipalID == "") == (in.GroupPrincipalID == ""):
-		apiError(w, http.StatusUnprocessableEntity, "InvalidFormat", "Binding must target either a user [userId]/[userPrincipalId] OR a group [groupId]/[groupPrincipalId]")
+		apiError(w, http.StatusUnprocessableEntity, "InvalidFormat", "binding must target either a user [userId]/[userPrincipalId] OR a group [groupId]/[groupPrincipalId]")
 	default:
 		b := &Binding{ID: in.ClusterID + ":crtb-" + randomID(5), ClusterID: in.ClusterID, UserPrincipalID: in.UserPrincipalID,
 			GroupPrincipalID: in.GroupPrincipalID, RoleTemplateID: in.RoleTemplateID}

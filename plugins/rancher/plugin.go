@@ -36,9 +36,9 @@ type Options struct {
 	// RootCAs are the CAs Rancher's certificate must chain to; nil for
 	// the system's. TLS is always verified.
 	RootCAs *x509.CertPool
-	// HTTPClient, when set, is the client of Rancher's API (its
-	// transport is used; redirects are always limited to Rancher's own
-	// origin).
+	// HTTPClient, when set, is the client of Rancher's API: its
+	// transport (and so its TLS settings) is used instead of one trusting
+	// RootCAs; redirects are always limited to Rancher's own origin.
 	HTTPClient *http.Client
 	// NamespaceTimeout bounds the wait for Rancher to make a new
 	// cluster's namespace (120 s when zero); NamespacePoll is how often
