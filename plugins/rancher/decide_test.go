@@ -4,6 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
 )
 
 // The Python tool's principal resolution tests (test_rancher_client.py).
@@ -186,5 +189,56 @@ func TestManifestURL(t *testing.T) {
 		if got := manifestURL(cmd); got != want {
 			t.Errorf("manifestURL(%q) = %q, want %q", cmd, got, want)
 		}
+	}
+}
+
+// The Python tool's destroy tests (test_rancher_destroy.py), and a
+// registration of the name on a cluster never built.
+func TestPlanTeardown(t *testing.T) {
+	ours := &rcluster{ID: "c-abc12", Name: "example", State: "active"}
+	for _, tc := range []struct {
+		name string
+		st   state
+		want []string
+		says string
+	}{
+		{"ids match: the cluster, then the agent", state{cluster: ours, kubeconfig: true, agentID: "c-abc12"},
+			[]string{"delete rancher-cluster", "delete rancher-agent"}, ""},
+		{"another id: refused", state{cluster: ours, kubeconfig: true, agentID: "c-other"},
+			[]string{"wait rancher-cluster"}, "does not match the downstream cluster (c-other)"},
+		{"no agent: refused", state{cluster: ours, kubeconfig: true},
+			[]string{"wait rancher-cluster"}, "no cattle-cluster-agent"},
+		{"never built: kept", state{cluster: ours},
+			[]string{"refuse rancher-cluster"}, "never built"},
+		{"an orphaned agent: only the agent", state{kubeconfig: true, agentID: "c-old"},
+			[]string{"delete rancher-agent"}, "c-old"},
+		{"nothing registered", state{kubeconfig: true}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.st
+			st.name = "example"
+			chs, err := (&Plugin{}).PlanTeardown(nil, &st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ch := range chs {
+				got = append(got, string(ch.Action)+" "+string(ch.Resource.Kind))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("steps %v, want %v", got, tc.want)
+			}
+			if len(chs) == 0 {
+				return
+			}
+			if tc.says != "" && !strings.Contains(chs[0].Reason, tc.says) {
+				t.Errorf("the reason %q does not say %q", chs[0].Reason, tc.says)
+			}
+			if op, ok := chs[0].Op.(failTeardown); ok {
+				if _, err := (&Plugin{}).Apply(t.Context(), reconcile.PluginEnv{Cluster: &spec.Cluster{}}, chs[0]); err == nil || !strings.Contains(err.Error(), op.reason) {
+					t.Errorf("the refused teardown's step: %v", err)
+				}
+			}
+		})
 	}
 }

@@ -285,6 +285,17 @@ func failing(res plan.Resource, reason string) plan.Change {
 // return the Rancher cluster id and Rancher's URL (cluster_id, url) for
 // the plugins after this one.
 func (p *Plugin) Apply(ctx context.Context, env reconcile.PluginEnv, ch plan.Change) (map[string]string, error) {
+	// The steps on the cluster alone need no Rancher client.
+	switch op := ch.Op.(type) {
+	case removeAgent:
+		d, err := newDownstream(env.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		return nil, d.removeAgent(ctx)
+	case failTeardown:
+		return nil, errors.New(op.reason)
+	}
 	c := env.Cluster
 	api, err := p.client(c)
 	if err != nil {
@@ -306,14 +317,6 @@ func (p *Plugin) Apply(ctx context.Context, env reconcile.PluginEnv, ch plan.Cha
 		return nil, err
 	case deleteCluster:
 		return nil, p.delete(ctx, api, env, op)
-	case removeAgent:
-		d, err := newDownstream(env.Kubeconfig)
-		if err != nil {
-			return nil, err
-		}
-		return nil, d.removeAgent(ctx)
-	case failTeardown:
-		return nil, errors.New(op.reason)
 	default:
 		return nil, fmt.Errorf("rancher: no operation for %s %s", ch.Action, ch.Resource)
 	}

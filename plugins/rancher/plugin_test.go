@@ -386,3 +386,26 @@ func TestRedirectElsewhere(t *testing.T) {
 		t.Errorf("an http url: %v", err)
 	}
 }
+
+// TestExistingRegistrations: a pending registration of the name (an
+// interrupted import) is reused, with no register step; an active one
+// with no agent on the cluster is refused before anything changes.
+func TestExistingRegistrations(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, labrancher.Options{})
+	w.lab.AddUser("openldap", "alice", "Alice Admin")
+	c := load(t, w.srv.URL, "  admins: [alice]\n")
+	env := reconcile.PluginEnv{Cluster: c}
+	pending := w.lab.AddCluster(c.Name, "pending")
+	if got, want := names(steps(t, w.plug, env)), []string{"create rancher-agent cattle-system", "create rancher-member alice"}; !slices.Equal(got, want) {
+		t.Errorf("a pending registration: plan %v, want %v", got, want)
+	}
+	w.lab.SetState(pending.ID, "active")
+	refused := steps(t, w.plug, env)
+	if len(refused) != 1 || refused[0].Action != plan.ActionRefuse || !strings.Contains(refused[0].Reason, pending.ID) {
+		t.Errorf("an active registration and no agent: %v", refused)
+	}
+	if m := mutations(w.lab.Requests()); len(m) != 0 {
+		t.Errorf("planning changed Rancher: %v", m)
+	}
+}
