@@ -310,11 +310,11 @@ func (p *Plugin) Apply(ctx context.Context, env reconcile.PluginEnv, ch plan.Cha
 	case addMember:
 		id, err = p.add(ctx, api, c.Name, op.member)
 	case removeBinding:
-		err = api.removeBinding(ctx, op.binding.ID)
-		if notFound(err) {
-			err = nil
+		// A binding gone already is done.
+		if err := api.removeBinding(ctx, op.binding.ID); err != nil && !notFound(err) {
+			return nil, fmt.Errorf("removing binding %s: %w", op.binding.ID, err)
 		}
-		return nil, err
+		return nil, nil
 	case deleteCluster:
 		return nil, p.delete(ctx, api, env, op)
 	default:
