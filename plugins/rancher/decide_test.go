@@ -1,0 +1,244 @@
+package rancher
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+// The Python tool's principal resolution tests (test_rancher_client.py).
+func TestPickPrincipal(t *testing.T) {
+	user := func(id string) principal { return principal{ID: id, PrincipalType: "user"} }
+	group := func(id string) principal { return principal{ID: id, PrincipalType: "group"} }
+	for _, tc := range []struct {
+		name, member string
+		found        []principal
+		want         string
+	}{
+		{"exact id match", "alice", []principal{user("ldap_user://uid=alice,ou=People,dc=x")}, "ldap_user://uid=alice,ou=People,dc=x"},
+		{"the exact match wins when not first", "alice", []principal{user("ldap_user://uid=alice2,ou=People"), user("ldap_user://uid=alice,ou=People")}, "ldap_user://uid=alice,ou=People"},
+		{"a user wins over a group", "alice", []principal{group("ldap_group://cn=alice,ou=Groups"), user("ldap_user://uid=alice,ou=People")}, "ldap_user://uid=alice,ou=People"},
+		{"a prefix match is rejected", "ali", []principal{user("ldap_user://uid=alice,ou=People")}, ""},
+		{"no match", "carol", nil, ""},
+		{"misspelled", "alcie", []principal{user("ldap_user://uid=alice,ou=People")}, ""},
+		{"an email suffix is stripped", "alice@example.org", []principal{user("local://alice")}, "local://alice"},
+		{"principals without an id are skipped", "alice", []principal{{PrincipalType: "user"}, user("local://alice")}, "local://alice"},
+		{"a local user's generated id is not its login", "bob", []principal{user("local://u-x7k2p")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := pickPrincipal(memberStem(tc.member), tc.found)
+			if got.ID != tc.want || ok != (tc.want != "") {
+				t.Errorf("pickPrincipal(%q) = %q, %v; want %q", tc.member, got.ID, ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestPrincipalStem(t *testing.T) {
+	for id, want := range map[string]string{
+		"ldap://uid=alice,ou=People,dc=example,dc=org":        "alice",
+		"openldap_user://uid=bob,ou=People,dc=example,dc=org": "bob",
+		"local://alice": "alice",
+		"activedirectory_user://CN=carol,OU=Users,DC=corp,DC=io": "carol",
+		"github_user://12345": "12345",
+	} {
+		if got := principalStem(id); got != want {
+			t.Errorf("principalStem(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
+
+// The Python tool's _error_detail tests.
+func TestErrorDetail(t *testing.T) {
+	long := strings.Repeat("x", 400)
+	for _, tc := range []struct{ name, body, want string }{
+		{"a string message kept whole", `{"message":"cluster name not unique: a long explanation"}`, "cluster name not unique: a long explanation"},
+		{"a list message joined", `{"message":["a","","b"]}`, "a; b"},
+		{"errors dicts joined", `{"errors":[{"message":"x"},{"message":""},{"message":"y"}]}`, "x; y"},
+		{"an empty object is its text", `{}`, "{}"},
+		{"a non-JSON body is its text", "Bad Gateway", "Bad Gateway"},
+		{"a long body is cut to 300 characters", long, long[:300]},
+		{"Rancher's error shape", `{"type":"error","status":"404","code":"NotFound","message":"clusters \"c-1\" not found"}`, `clusters "c-1" not found`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := errorDetail([]byte(tc.body)); got != tc.want {
+				t.Errorf("errorDetail(%q) = %q, want %q", tc.body, got, tc.want)
+			}
+		})
+	}
+}
+
+// The Python tool's ensure_cluster decisions, and destroy's.
+func TestDecideCluster(t *testing.T) {
+	ours := &rcluster{ID: "c-abc12", Name: "example", State: "active"}
+	pending := &rcluster{ID: "c-pend1", Name: "example", State: "pending"}
+	for _, tc := range []struct {
+		name    string
+		found   *rcluster
+		agentID string
+		want    decision
+		says    []string
+	}{
+		{"no cluster, no agent: register", nil, "", register, nil},
+		{"ids match: reuse", ours, "c-abc12", reuse, nil},
+		{"another id: refuse", ours, "c-other", refuse, []string{"does not match the downstream", "c-abc12", "c-other"}},
+		{"pending without agent: recover", pending, "", reuse, nil},
+		{"active without agent: refuse", ours, "", refuse, []string{"already exists", "c-abc12", "no Rancher agent"}},
+		{"agent without cluster: orphan", nil, "c-old", refuse, []string{"no Rancher cluster named 'example'", "c-old", "cattle-system"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, reason := decideCluster("example", tc.found, tc.agentID)
+			if got != tc.want {
+				t.Fatalf("decision %v, want %v (%s)", got, tc.want, reason)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(reason, s) {
+					t.Errorf("the reason %q does not say %q", reason, s)
+				}
+			}
+		})
+	}
+}
+
+func TestCheckMembers(t *testing.T) {
+	ok := []member{{Name: "alice", Tier: "admins", Principal: "p://alice"}, {Name: "bob", Tier: "users", Principal: "p://bob"}}
+	if err := checkMembers(ok); err != nil {
+		t.Errorf("resolved members: %v", err)
+	}
+	missing := []member{{Name: "alice", Tier: "admins", Principal: "p://alice"}, {Name: "carol", Tier: "users"}, {Name: "dave", Tier: "admins"}}
+	if err := checkMembers(missing); err == nil || !strings.Contains(err.Error(), "could not resolve Rancher principals") ||
+		!strings.Contains(err.Error(), "'carol' (tier users)") || !strings.Contains(err.Error(), "'dave' (tier admins)") {
+		t.Errorf("unresolved members: %v", err)
+	}
+	alias := []member{{Name: "alice", Tier: "admins", Principal: "p://alice"}, {Name: "alice@example.org", Tier: "users", Principal: "p://alice"}}
+	if err := checkMembers(alias); err == nil || !strings.Contains(err.Error(), "both resolve to the same Rancher principal") {
+		t.Errorf("one principal in two tiers: %v", err)
+	}
+}
+
+func TestMembersOf(t *testing.T) {
+	got := membersOf(map[string]any{"admins": []any{" alice ", "", "alice"}, "users": []any{"bob", "alice"}})
+	var names []string
+	for _, m := range got {
+		names = append(names, m.Name+"/"+m.Role)
+	}
+	if want := []string{"alice/cluster-owner", "bob/cluster-member", "alice/cluster-member"}; !slices.Equal(names, want) {
+		t.Errorf("membersOf = %v, want %v", names, want)
+	}
+}
+
+// The Python tool's ensure_members tests: adds, stale removals, role
+// corrections; group and creator-owner bindings are never touched.
+func TestReconcileBindings(t *testing.T) {
+	const cid = "c-abc12"
+	owner := binding{ID: cid + ":creator-cluster-owner", UserPrincipalID: "local://u-admin", RoleTemplateID: RoleOwner}
+	group := binding{ID: cid + ":crtb-g", GroupPrincipalID: "ldap_group://ops", RoleTemplateID: RoleMember}
+	alice := member{Name: "alice", Tier: "admins", Role: RoleOwner, Principal: "ldap_user://alice"}
+	carol := member{Name: "carol", Tier: "users", Role: RoleMember, Principal: "ldap_user://carol"}
+	aliceOwner := binding{ID: cid + ":crtb-a", UserPrincipalID: "ldap_user://alice", RoleTemplateID: RoleOwner}
+	dave := binding{ID: cid + ":crtb-d", UserPrincipalID: "ldap_user://dave", RoleTemplateID: RoleMember}
+	carolOwner := binding{ID: cid + ":crtb-c", UserPrincipalID: "ldap_user://carol", RoleTemplateID: RoleOwner}
+	describe := func(chs []memberChange) []string {
+		var out []string
+		for _, ch := range chs {
+			switch {
+			case ch.Add:
+				out = append(out, "add "+ch.Member.Name+" "+ch.Member.Role)
+			case ch.Correct:
+				out = append(out, "correct "+ch.Binding.ID)
+			default:
+				out = append(out, "remove "+ch.Binding.ID)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		members  []member
+		bindings []binding
+		want     []string
+	}{
+		{"a new member is added, nothing removed", []member{alice, carol}, []binding{owner, aliceOwner}, []string{"add carol cluster-member"}},
+		{"everything matches", []member{alice, carol}, []binding{owner, group, aliceOwner, {ID: "x", UserPrincipalID: "ldap_user://carol", RoleTemplateID: RoleMember}}, nil},
+		{"a stale member is removed", []member{alice}, []binding{owner, group, aliceOwner, dave}, []string{"remove " + dave.ID}},
+		{"the owner binding is never pruned", []member{alice, carol}, []binding{owner}, []string{"add alice cluster-owner", "add carol cluster-member"}},
+		{"a wrong role is corrected", []member{alice, carol}, []binding{owner, aliceOwner, carolOwner}, []string{"add carol cluster-member", "correct " + carolOwner.ID}},
+		{"a creator who is an admin needs no binding", []member{{Name: "admin", Role: RoleOwner, Principal: "local://u-admin"}}, []binding{owner}, nil},
+		{"a fresh cluster: only adds", []member{alice, carol}, nil, []string{"add alice cluster-owner", "add carol cluster-member"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := describe(reconcileBindings(cid, tc.members, tc.bindings)); !slices.Equal(got, tc.want) {
+				t.Errorf("changes %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestManifestURL(t *testing.T) {
+	for cmd, want := range map[string]string{
+		"kubectl apply -f https://r.example/v3/import/tok_c-1.yaml":                          "https://r.example/v3/import/tok_c-1.yaml",
+		"curl --insecure -sfL https://r.example/v3/import/tok_c-1.yaml | kubectl apply -f -": "https://r.example/v3/import/tok_c-1.yaml",
+		`kubectl apply -f "https://r.example/v3/import/tok_c-1.yaml"`:                        "",
+		"kubectl apply -f https://r.example/v3/import/tok_c-1.yaml'":                         "https://r.example/v3/import/tok_c-1.yaml",
+		"kubectl apply -f http://r.example/v3/import/tok_c-1.yaml":                           "",
+		"": "",
+	} {
+		if got := manifestURL(cmd); got != want {
+			t.Errorf("manifestURL(%q) = %q, want %q", cmd, got, want)
+		}
+	}
+}
+
+// The Python tool's destroy tests (test_rancher_destroy.py), and a
+// registration of the name on a cluster never built.
+func TestPlanTeardown(t *testing.T) {
+	ours := &rcluster{ID: "c-abc12", Name: "example", State: "active"}
+	for _, tc := range []struct {
+		name string
+		st   state
+		want []string
+		says string
+	}{
+		{"ids match: the cluster, then the agent", state{cluster: ours, kubeconfig: true, agentID: "c-abc12"},
+			[]string{"delete rancher-cluster", "delete rancher-agent"}, ""},
+		{"another id: refused", state{cluster: ours, kubeconfig: true, agentID: "c-other"},
+			[]string{"wait rancher-cluster"}, "does not match the downstream cluster (c-other)"},
+		{"no agent: refused", state{cluster: ours, kubeconfig: true},
+			[]string{"wait rancher-cluster"}, "no cattle-cluster-agent"},
+		{"never built: kept", state{cluster: ours},
+			[]string{"refuse rancher-cluster"}, "never built"},
+		{"an orphaned agent: only the agent", state{kubeconfig: true, agentID: "c-old"},
+			[]string{"delete rancher-agent"}, "c-old"},
+		{"nothing registered", state{kubeconfig: true}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.st
+			st.name = "example"
+			chs, err := (&Plugin{}).PlanTeardown(nil, &st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, ch := range chs {
+				got = append(got, string(ch.Action)+" "+string(ch.Resource.Kind))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("steps %v, want %v", got, tc.want)
+			}
+			if len(chs) == 0 {
+				return
+			}
+			if tc.says != "" && !strings.Contains(chs[0].Reason, tc.says) {
+				t.Errorf("the reason %q does not say %q", chs[0].Reason, tc.says)
+			}
+			if op, ok := chs[0].Op.(failTeardown); ok {
+				if _, err := (&Plugin{}).Apply(t.Context(), reconcile.PluginEnv{Cluster: &spec.Cluster{}}, chs[0]); err == nil || !strings.Contains(err.Error(), op.reason) {
+					t.Errorf("the refused teardown's step: %v", err)
+				}
+			}
+		})
+	}
+}

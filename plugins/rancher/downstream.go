@@ -1,0 +1,200 @@
+package rancher
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// FieldManager is the field manager of the plugin's server-side applies.
+const FieldManager = "taloscluster"
+
+// AgentNamespace is where Rancher's agent runs on the cluster.
+const AgentNamespace = "cattle-system"
+
+// kubeTimeout bounds each request to the cluster's API.
+const kubeTimeout = 30 * time.Second
+
+// downstream is a client of the cluster's own Kubernetes API.
+type downstream struct {
+	dyn    dynamic.Interface
+	mapper apimeta.RESTMapper
+}
+
+// newDownstream returns the client of the cluster the kubeconfig names.
+func newDownstream(kubeconfig []byte) (*downstream, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's kubeconfig: %w", err)
+	}
+	cfg.Timeout = kubeTimeout
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("a client of the cluster: %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("a client of the cluster: %w", err)
+	}
+	return &downstream{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}, nil
+}
+
+var (
+	secretsGVR    = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+// rancherID is the id Rancher gave the cluster, as its agent keeps it:
+// the namespace field of the first cattle-credentials Secret in
+// cattle-system that has one that decodes; "" without a Rancher agent.
+func (d *downstream) rancherID(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, kubeTimeout)
+	defer cancel()
+	list, err := d.dyn.Resource(secretsGVR).Namespace(AgentNamespace).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the cluster's Rancher identity (Secrets in %s): %w", AgentNamespace, err)
+	}
+	for _, item := range list.Items {
+		if !strings.HasPrefix(item.GetName(), "cattle-credentials") {
+			continue
+		}
+		enc, _, _ := unstructured.NestedString(item.Object, "data", "namespace")
+		id, err := base64.StdEncoding.DecodeString(enc)
+		if enc == "" || err != nil || len(id) == 0 {
+			continue
+		}
+		return string(id), nil
+	}
+	return "", nil
+}
+
+// manifestObjects parses a multi-document YAML manifest into its
+// objects, Namespaces first so that what lives in them can be applied.
+// Errors never quote the manifest: it holds the registration token.
+func manifestObjects(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var namespaces, rest []*unstructured.Unstructured
+	for i := 1; ; i++ {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("the import manifest's document %d is not YAML", i)
+		}
+		if len(doc) == 0 {
+			continue
+		}
+		o := &unstructured.Unstructured{Object: doc}
+		if o.GetKind() == "" || o.GetAPIVersion() == "" || o.GetName() == "" {
+			return nil, fmt.Errorf("the import manifest's document %d is not a Kubernetes object (kind, apiVersion and name are needed)", i)
+		}
+		if o.GetKind() == "Namespace" && o.GroupVersionKind().Group == "" {
+			namespaces = append(namespaces, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	if len(namespaces)+len(rest) == 0 {
+		return nil, errors.New("the import manifest holds no objects")
+	}
+	return append(namespaces, rest...), nil
+}
+
+// apply server-side applies each object, in order.
+func (d *downstream) apply(ctx context.Context, objs []*unstructured.Unstructured) error {
+	for _, o := range objs {
+		if err := d.applyOne(ctx, o); err != nil {
+			return fmt.Errorf("applying %s: %w", describe(o), err)
+		}
+	}
+	return nil
+}
+
+func (d *downstream) applyOne(ctx context.Context, o *unstructured.Unstructured) error {
+	ctx, cancel := context.WithTimeout(ctx, kubeTimeout)
+	defer cancel()
+	gvk := o.GroupVersionKind()
+	m, err := d.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("the cluster does not serve %s: %w", gvk.Kind, err)
+	}
+	var ri dynamic.ResourceInterface = d.dyn.Resource(m.Resource)
+	if m.Scope.Name() == apimeta.RESTScopeNameNamespace {
+		ns := o.GetNamespace()
+		if ns == "" {
+			ns = metav1.NamespaceDefault
+		}
+		ri = d.dyn.Resource(m.Resource).Namespace(ns)
+	}
+	_, err = ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
+	if o.GetKind() == "Secret" {
+		return redactStatus(err)
+	}
+	return err
+}
+
+// redactStatus drops what an API error may quote of a Secret (its data):
+// only the error's reason and code remain.
+func redactStatus(err error) error {
+	var st apierrors.APIStatus
+	if err == nil || !errors.As(err, &st) {
+		return err
+	}
+	s := st.Status()
+	return fmt.Errorf("%s (%d)", s.Reason, s.Code)
+}
+
+// hasAgentNamespace reports whether cattle-system exists.
+func (d *downstream) hasAgentNamespace(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, kubeTimeout)
+	defer cancel()
+	_, err := d.dyn.Resource(namespacesGVR).Get(ctx, AgentNamespace, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading namespace %s: %w", AgentNamespace, err)
+	}
+	return true, nil
+}
+
+// removeAgent deletes cattle-system without waiting for it to go; a
+// namespace already gone is done.
+func (d *downstream) removeAgent(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, kubeTimeout)
+	defer cancel()
+	err := d.dyn.Resource(namespacesGVR).Delete(ctx, AgentNamespace, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("uninstalling the Rancher agent failed: deleting namespace %s: %w", AgentNamespace, err)
+	}
+	return nil
+}
+
+func describe(o *unstructured.Unstructured) string {
+	if ns := o.GetNamespace(); ns != "" {
+		return o.GetKind() + " " + ns + "/" + o.GetName()
+	}
+	return o.GetKind() + " " + o.GetName()
+}

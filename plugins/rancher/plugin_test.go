@@ -1,0 +1,411 @@
+package rancher_test
+
+import (
+	"crypto/x509"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/taloscluster/taloscluster/lab/kube/realkube"
+	labrancher "github.com/taloscluster/taloscluster/lab/rancher"
+	"github.com/taloscluster/taloscluster/plugins/rancher"
+	"github.com/taloscluster/taloscluster/reconcile"
+	"github.com/taloscluster/taloscluster/reconcile/plan"
+	"github.com/taloscluster/taloscluster/reconcile/spec"
+)
+
+const apiToken = "token-x7k2p:s3cr3t-rancher-token"
+
+// world is a lab Rancher served over TLS on 127.0.0.1 and a plugin that
+// trusts it.
+type world struct {
+	lab  *labrancher.Server
+	srv  *httptest.Server
+	plug *rancher.Plugin
+}
+
+func newWorld(t *testing.T, opts labrancher.Options) *world {
+	t.Helper()
+	opts.Token = apiToken
+	if opts.Creator == "" {
+		opts.Creator = "local://u-admin"
+	}
+	if opts.NamespaceDelay == 0 {
+		opts.NamespaceDelay = 300 * time.Millisecond
+	}
+	lab := labrancher.New(opts)
+	srv := httptest.NewTLSServer(lab)
+	t.Cleanup(srv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	plug := rancher.New(rancher.Options{RootCAs: roots, NamespacePoll: 50 * time.Millisecond, NamespaceTimeout: 10 * time.Second})
+	return &world{lab: lab, srv: srv, plug: plug}
+}
+
+// load loads the proxmox-bridge example with a rancher section in
+// cluster.yaml and the url and token in secrets.yaml.
+func load(t *testing.T, url, rancherSection string) *spec.Cluster {
+	t.Helper()
+	fsys := fstest.MapFS{}
+	for _, f := range []string{"cluster.yaml", "secrets.yaml"} {
+		data, err := os.ReadFile(filepath.Join("..", "..", "examples", "proxmox-bridge", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(data), "CHANGE-ME", "x0123456789")
+		if f == "cluster.yaml" {
+			text += "\nrancher:\n" + rancherSection
+		} else {
+			text += "\nrancher:\n  url: " + url + "\n  token: " + apiToken + "\n"
+		}
+		fsys[f] = &fstest.MapFile{Data: []byte(text)}
+	}
+	c, _, err := spec.LoadFS(fsys, "c", spec.Options{})
+	if err != nil {
+		t.Fatalf("loading with %q: %v", rancherSection, err)
+	}
+	return c
+}
+
+func steps(t *testing.T, p *rancher.Plugin, env reconcile.PluginEnv) []plan.Change {
+	t.Helper()
+	st, err := p.Observe(t.Context(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []plan.Change
+	if env.Teardown {
+		out, err = p.PlanTeardown(env.Cluster, st)
+	} else {
+		out, err = p.Plan(env.Cluster, st)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// apply makes the steps and returns the results of the last that
+// returned some.
+func apply(t *testing.T, p *rancher.Plugin, env reconcile.PluginEnv, chs []plan.Change) map[string]string {
+	t.Helper()
+	var results map[string]string
+	for _, ch := range chs {
+		out, err := p.Apply(t.Context(), env, ch)
+		if err != nil {
+			t.Fatalf("%s %s: %v", ch.Action, ch.Resource, err)
+		}
+		if out != nil {
+			results = out
+		}
+	}
+	return results
+}
+
+func names(chs []plan.Change) []string {
+	var out []string
+	for _, ch := range chs {
+		out = append(out, string(ch.Action)+" "+string(ch.Resource.Kind)+" "+ch.Resource.Name)
+	}
+	return out
+}
+
+// noSecret fails when text holds the API token.
+func noSecret(t *testing.T, what, text string) {
+	t.Helper()
+	if strings.Contains(text, "s3cr3t") {
+		t.Errorf("%s shows the token: %s", what, text)
+	}
+}
+
+// mutations are the requests that change Rancher.
+func mutations(reqs []labrancher.Request) []string {
+	var out []string
+	for _, r := range reqs {
+		if r.Method != http.MethodGet && !(r.Method == http.MethodPost && strings.Contains(r.Query, "action=search")) {
+			out = append(out, r.Method+" "+r.Path)
+		}
+	}
+	return out
+}
+
+// TestRegistrationOnARealAPIServer: against the lab Rancher and a real
+// kube-apiserver as the cluster, the plugin registers the cluster,
+// installs the agent from Rancher's import manifest, plans nothing more,
+// changes members, refuses to change anything while a member does not
+// resolve, refuses to delete a registration that is not the cluster's,
+// and tears down.
+func TestRegistrationOnARealAPIServer(t *testing.T) {
+	t.Parallel()
+	cp := realkube.Start(t, realkube.Options{Controllers: []string{"namespace"}})
+	kubeconfig, err := os.ReadFile(cp.Kubeconfig(t, "admin", "system:masters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := realkube.Client(t, cp.Admin).CoreV1()
+	w := newWorld(t, labrancher.Options{})
+	w.lab.AddUser("openldap", "alice", "Alice Admin")
+	w.lab.AddUser("openldap", "alicia", "Alicia Prefix")
+	w.lab.AddGroup("openldap", "alice")
+	bob := w.lab.AddUser("openldap", "bob", "Bob User")
+	w.lab.AddUser("openldap", "carol", "Carol User")
+	c := load(t, w.srv.URL, "  admins: [alice]\n  users: [bob@example.org]\n")
+	p := w.plug
+	if !p.Configured(c) {
+		t.Fatal("a cluster with rancher url and token is not configured")
+	}
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig, Public: kubeconfig}
+
+	first := steps(t, p, env)
+	want := []string{"create rancher-cluster " + c.Name, "create rancher-agent cattle-system", "create rancher-member alice", "create rancher-member bob@example.org"}
+	if got := names(first); !slices.Equal(got, want) {
+		t.Fatalf("first plan %v, want %v", got, want)
+	}
+	data, _ := json.Marshal(first)
+	noSecret(t, "the plan", string(data))
+	results := apply(t, p, env, first)
+	clusters := w.lab.Clusters()
+	if len(clusters) != 1 || clusters[0].Name != c.Name {
+		t.Fatalf("Rancher's clusters after the registration: %v", clusters)
+	}
+	id := clusters[0].ID
+	if results["cluster_id"] != id || results["url"] != w.srv.URL {
+		t.Errorf("results %v, want cluster_id %s and url %s", results, id, w.srv.URL)
+	}
+	secrets, err := core.Secrets("cattle-system").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var creds string
+	for _, s := range secrets.Items {
+		if strings.HasPrefix(s.Name, "cattle-credentials-") && string(s.Data["namespace"]) == id {
+			creds = s.Name
+		}
+	}
+	if creds == "" {
+		t.Fatalf("no cattle-credentials Secret naming %s on the cluster: %v", id, secrets.Items)
+	}
+	if _, err := realkube.Client(t, cp.Admin).AppsV1().Deployments("cattle-system").Get(t.Context(), "cattle-cluster-agent", metav1.GetOptions{}); err != nil {
+		t.Errorf("the agent's Deployment: %v", err)
+	}
+	if again := steps(t, p, env); len(again) != 0 {
+		t.Fatalf("the plan after applying is %v, want nothing", names(again))
+	}
+
+	// bob replaced by carol: carol is added, bob's binding removed.
+	changed := env
+	changed.Cluster = load(t, w.srv.URL, "  admins: [alice]\n  users: [carol]\n")
+	var bobBinding string
+	for _, b := range w.lab.Bindings(id) {
+		if b.UserPrincipalID == bob.ID {
+			bobBinding = b.ID
+		}
+	}
+	swap := steps(t, p, changed)
+	if got, want := names(swap), []string{"create rancher-member carol", "delete rancher-binding " + bobBinding}; !slices.Equal(got, want) {
+		t.Fatalf("members changed: plan %v, want %v", got, want)
+	}
+	apply(t, p, changed, swap)
+	if again := steps(t, p, changed); len(again) != 0 {
+		t.Fatalf("after the member change: %v", names(again))
+	}
+	if n := len(w.lab.Bindings(id)); n != 3 {
+		t.Errorf("bindings after the change: %v (want the creator's, alice's and carol's)", w.lab.Bindings(id))
+	}
+
+	// A member that does not resolve (or only by a prefix): Observe
+	// fails naming it, and nothing is changed.
+	before := len(mutations(w.lab.Requests()))
+	for _, users := range []string{"[zed]", "[ali]"} {
+		bad := env
+		bad.Cluster = load(t, w.srv.URL, "  admins: [alice]\n  users: "+users+"\n")
+		_, err := p.Observe(t.Context(), bad)
+		if err == nil || !strings.Contains(err.Error(), "could not resolve Rancher principals") || !strings.Contains(err.Error(), strings.Trim(users, "[]")) {
+			t.Errorf("users %s: Observe %v", users, err)
+		}
+	}
+	if after := mutations(w.lab.Requests()); len(after) != before {
+		t.Errorf("an unresolved member changed Rancher: %v", after[before:])
+	}
+
+	// Never built (no kubeconfig): the registration of its name is kept,
+	// and the plan says why.
+	blind := steps(t, p, reconcile.PluginEnv{Cluster: changed.Cluster, Teardown: true})
+	if len(blind) != 1 || blind[0].Action != plan.ActionRefuse || !strings.Contains(blind[0].Reason, "never built") {
+		t.Fatalf("teardown without a kubeconfig: %v", blind)
+	}
+
+	// The agent registered as another Rancher cluster: converge refuses,
+	// destroy refuses to delete.
+	sec, err := core.Secrets("cattle-system").Get(t.Context(), creds, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec.Data["namespace"] = []byte("c-other")
+	if sec, err = core.Secrets("cattle-system").Update(t.Context(), sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if refused := steps(t, p, changed); len(refused) != 1 || refused[0].Action != plan.ActionRefuse || !strings.Contains(refused[0].Reason, "c-other") {
+		t.Fatalf("converge with another agent id: %v", refused)
+	}
+	td := changed
+	td.Teardown = true
+	mismatch := steps(t, p, td)
+	if len(mismatch) != 1 {
+		t.Fatalf("teardown with another agent id: %v", names(mismatch))
+	}
+	if _, err := p.Apply(t.Context(), td, mismatch[0]); err == nil || !strings.Contains(err.Error(), "does not match the downstream cluster (c-other)") {
+		t.Errorf("teardown with another agent id: %v", err)
+	}
+	if len(w.lab.Clusters()) != 1 {
+		t.Fatal("a refused teardown deleted the Rancher cluster")
+	}
+	sec.Data["namespace"] = []byte(id)
+	if _, err := core.Secrets("cattle-system").Update(t.Context(), sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	teardown := steps(t, p, td)
+	if got, want := names(teardown), []string{"delete rancher-cluster " + c.Name, "delete rancher-agent cattle-system"}; !slices.Equal(got, want) {
+		t.Fatalf("teardown %v, want %v", got, want)
+	}
+	apply(t, p, td, teardown)
+	if left := w.lab.Clusters(); len(left) != 0 {
+		t.Errorf("Rancher's clusters after the teardown: %v", left)
+	}
+	ns, err := core.Namespaces().Get(t.Context(), "cattle-system", metav1.GetOptions{})
+	if err == nil && ns.DeletionTimestamp == nil {
+		t.Errorf("cattle-system after the teardown: not being deleted")
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
+
+// TestImportManifestElsewhere: a registration command naming another
+// origin than rancher.url is not fetched: the token would go there.
+func TestImportManifestElsewhere(t *testing.T) {
+	t.Parallel()
+	cp := realkube.Start(t, realkube.Options{})
+	kubeconfig, err := os.ReadFile(cp.Kubeconfig(t, "admin", "system:masters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits atomic.Int32
+	other := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer other.Close()
+	w := newWorld(t, labrancher.Options{ServerURL: other.URL})
+	c := load(t, w.srv.URL, "  admins: []\n")
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig}
+	chs := steps(t, w.plug, env)
+	if got := names(chs); !slices.Equal(got, []string{"create rancher-cluster " + c.Name, "create rancher-agent cattle-system"}) {
+		t.Fatalf("plan %v", got)
+	}
+	apply(t, w.plug, env, chs[:1])
+	_, err = w.plug.Apply(t.Context(), env, chs[1])
+	if err == nil || !strings.Contains(err.Error(), "refusing to fetch it") {
+		t.Errorf("a manifest at another origin: %v", err)
+	}
+	noSecret(t, "the error", err.Error())
+	if hits.Load() != 0 {
+		t.Errorf("the other origin was asked %d times", hits.Load())
+	}
+	if _, err := realkube.Client(t, cp.Admin).CoreV1().Namespaces().Get(t.Context(), "cattle-system", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("cattle-system after a refused install: %v", err)
+	}
+}
+
+// TestFaultNamesTheCall: Rancher answering 500 to the registration fails
+// the step with an error that names the call and Rancher's message, not
+// the token.
+func TestFaultNamesTheCall(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, labrancher.Options{})
+	w.lab.Fault("POST", "/v3/clusters", labrancher.Fault{Status: 500, Message: "etcd is unhappy"})
+	c := load(t, w.srv.URL, "  admins: []\n")
+	env := reconcile.PluginEnv{Cluster: c}
+	chs := steps(t, w.plug, env)
+	if len(chs) == 0 || chs[0].Resource.Kind != rancher.KindCluster {
+		t.Fatalf("plan %v", names(chs))
+	}
+	_, err := w.plug.Apply(t.Context(), env, chs[0])
+	if err == nil || !strings.Contains(err.Error(), "POST /v3/clusters returned 500: etcd is unhappy") {
+		t.Fatalf("a failed registration: %v", err)
+	}
+	noSecret(t, "the error", err.Error())
+	if len(w.lab.Clusters()) != 0 {
+		t.Error("a cluster was made")
+	}
+
+	// A Rancher that does not answer in time.
+	w.lab.Fault("GET", "/v3/clusters", labrancher.Fault{Status: 401, Message: "must authenticate " + apiToken})
+	_, err = w.plug.Observe(t.Context(), env)
+	if err == nil || !strings.Contains(err.Error(), "GET /v3/clusters returned 401") {
+		t.Fatalf("a refused token: %v", err)
+	}
+	noSecret(t, "an error quoting the token back", err.Error())
+}
+
+// TestRedirectElsewhere: a Rancher answering with a redirect to another
+// origin is not followed: the token never reaches it.
+func TestRedirectElsewhere(t *testing.T) {
+	t.Parallel()
+	var bearer atomic.Int32
+	other := httptest.NewTLSServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			bearer.Add(1)
+		}
+	}))
+	defer other.Close()
+	w := newWorld(t, labrancher.Options{})
+	c := load(t, w.srv.URL, "  admins: []\n")
+	env := reconcile.PluginEnv{Cluster: c}
+	for _, loc := range []string{other.URL + "/v3/clusters", strings.Replace(w.srv.URL, "https://", "http://", 1) + "/v3/clusters"} {
+		w.lab.Fault("GET", "/v3/clusters", labrancher.Fault{Location: loc})
+		_, err := w.plug.Observe(t.Context(), env)
+		if err == nil || !strings.Contains(err.Error(), "refusing a redirect") {
+			t.Errorf("a redirect to %s: %v", loc, err)
+		}
+	}
+	if bearer.Load() != 0 {
+		t.Errorf("the token reached the other origin %d times", bearer.Load())
+	}
+	// A plain http rancher.url is refused before any request.
+	plain := load(t, strings.Replace(w.srv.URL, "https://", "http://", 1), "  admins: []\n")
+	if _, err := w.plug.Observe(t.Context(), reconcile.PluginEnv{Cluster: plain}); err == nil || !strings.Contains(err.Error(), "https") {
+		t.Errorf("an http url: %v", err)
+	}
+}
+
+// TestExistingRegistrations: a pending registration of the name (an
+// interrupted import) is reused, with no register step; an active one
+// with no agent on the cluster is refused before anything changes.
+func TestExistingRegistrations(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, labrancher.Options{})
+	w.lab.AddUser("openldap", "alice", "Alice Admin")
+	c := load(t, w.srv.URL, "  admins: [alice]\n")
+	env := reconcile.PluginEnv{Cluster: c}
+	pending := w.lab.AddCluster(c.Name, "pending")
+	if got, want := names(steps(t, w.plug, env)), []string{"create rancher-agent cattle-system", "create rancher-member alice"}; !slices.Equal(got, want) {
+		t.Errorf("a pending registration: plan %v, want %v", got, want)
+	}
+	w.lab.SetState(pending.ID, "active")
+	refused := steps(t, w.plug, env)
+	if len(refused) != 1 || refused[0].Action != plan.ActionRefuse || !strings.Contains(refused[0].Reason, pending.ID) {
+		t.Errorf("an active registration and no agent: %v", refused)
+	}
+	if m := mutations(w.lab.Requests()); len(m) != 0 {
+		t.Errorf("planning changed Rancher: %v", m)
+	}
+}
