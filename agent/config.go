@@ -93,12 +93,22 @@ type Config struct {
 	// content) relative to the default branch. Default false: such a pull
 	// request is not planned.
 	AllowTLSChanges bool `yaml:"allow_tls_changes"`
+	// Plugins configures the plugins' own clients.
+	Plugins Plugins `yaml:"plugins"`
 	// Listen is the address of /metrics, /healthz, /readyz and the status
 	// page.
 	Listen string `yaml:"listen"`
 	// PublicURL is how people reach the status page; links to full plans
 	// start with it.
 	PublicURL string `yaml:"public_url"`
+}
+
+// Plugins configures what the plugins (rancher, charts) reach over
+// HTTPS.
+type Plugins struct {
+	// CAFile is a PEM bundle trusted besides the system's roots by the
+	// plugins' HTTPS clients: Rancher's API and the chart repositories.
+	CAFile string `yaml:"ca_file"`
 }
 
 // Repository says where the cluster repository is and how to reach it.

@@ -136,7 +136,7 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 		return nil, err
 	}
 	for _, name := range pluginsIdle(c, want.Plugins) {
-		p.Warn(fmt.Sprintf("the %s section names nowhere to apply (%s.kubeconfig or %s.context): the %s plugin does not run, and converge will not touch what it registered before", name, name, name, name))
+		p.Warn(fmt.Sprintf("the %s section %s: the %s plugin does not run, and converge will not touch what it registered before", name, idleReason(name), name))
 	}
 	for _, name := range pluginNamesWithout(c, want.Plugins) {
 		p.Warn(fmt.Sprintf("the %s section is validated, but the %s plugin does not run here yet; converge will not touch it", name, name))

@@ -492,6 +492,17 @@ func pluginsIdle(c *spec.Cluster, plugins []Plugin) []string {
 	return out
 }
 
+// idleReason says what a plugin's section lacks to run.
+func idleReason(name string) string {
+	switch name {
+	case "argocd":
+		return "names nowhere to apply (argocd.kubeconfig or argocd.context)"
+	case "rancher":
+		return "has no Rancher to register with (rancher.url and rancher.token, usually in secrets.yaml)"
+	}
+	return "is not enough for the plugin to run"
+}
+
 // States of a plugin in a check (PluginCheck.State).
 const (
 	PluginInSync   = "in_sync"

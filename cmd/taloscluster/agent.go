@@ -34,6 +34,7 @@ import (
 	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/plugins/argocd"
+	"github.com/taloscluster/taloscluster/plugins/rancher"
 	"github.com/taloscluster/taloscluster/providers/openstack"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
 	"github.com/taloscluster/taloscluster/reconcile"
@@ -186,7 +187,12 @@ func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (_ *ag
 	if err != nil {
 		return nil, nil, err
 	}
-	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact, drainTimeout: cfg.DrainTimeout.D(), secretsDir: cfg.SecretsDir}
+	pluginRoots, err := caPool(cfg.Plugins.CAFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plugins.ca_file: %w", err)
+	}
+	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact, drainTimeout: cfg.DrainTimeout.D(), secretsDir: cfg.SecretsDir,
+		pluginRoots: pluginRoots}
 	deps := agent.Deps{Repo: repo, Forge: forge, Runner: runner,
 		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports, Release: release}
 	if fleet != nil {
@@ -320,6 +326,21 @@ func httpClient(caFile string) (*http.Client, error) {
 	if caFile == "" {
 		return http.DefaultClient, nil
 	}
+	pool, err := caPool(caFile)
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &http.Client{Transport: tr}, nil
+}
+
+// caPool is the system's roots and the certificates of the PEM bundle
+// caFile; nil (the system's roots) when caFile is "".
+func caPool(caFile string) (*x509.CertPool, error) {
+	if caFile == "" {
+		return nil, nil
+	}
 	pem, err := boundedfile.Read(caFile, boundedfile.Small)
 	if err != nil {
 		return nil, fmt.Errorf("the CA bundle: %w", err)
@@ -331,9 +352,7 @@ func httpClient(caFile string) (*http.Client, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("the CA bundle %s holds no PEM certificate", caFile)
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	return &http.Client{Transport: tr}, nil
+	return pool, nil
 }
 
 // agentRunner runs the engine for the agent, with state in the agent's
@@ -351,6 +370,9 @@ type agentRunner struct {
 	// (argocd.kubeconfig) are read from the cluster's directory there,
 	// never from the repository.
 	secretsDir string
+	// pluginRoots are the CAs the plugins' HTTPS clients trust (agent.yaml's
+	// plugins.ca_file and the system's); nil for the system's alone.
+	pluginRoots *x509.CertPool
 }
 
 func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*reconcile.Engine, error) {
@@ -391,6 +413,7 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 		// can only name a file of the cluster's own secrets directory.
 		plugins = append(plugins, argocd.New(os.DirFS(filepath.Join(r.secretsDir, filepath.FromSlash(cluster)))))
 	}
+	plugins = append(plugins, rancher.New(rancher.Options{RootCAs: r.pluginRoots}))
 	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log,
 		DrainTimeout: r.drainTimeout, Plugins: plugins}, nil
 }

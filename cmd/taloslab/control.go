@@ -53,15 +53,16 @@ var githubFaultKinds = []string{"github-fail", "github-secondary-limit", "github
 // /lab/v1/log (source "github"), and both listed by GET /lab/v1/.
 // Everything else is the lab's own handler.
 type controlAPI struct {
-	lab   http.Handler
-	forge *forge.Forge
+	lab     http.Handler
+	forge   *forge.Forge
+	rancher *rancherLab
 
 	mu     sync.Mutex
 	events []lab.LogEntry // the github faults injected
 }
 
-func newControlAPI(l *lab.Lab, f *forge.Forge) *controlAPI {
-	return &controlAPI{lab: l.ControlHandler(), forge: f}
+func newControlAPI(l *lab.Lab, f *forge.Forge, r *rancherLab) *controlAPI {
+	return &controlAPI{lab: l.ControlHandler(), forge: f, rancher: r}
 }
 
 func (c *controlAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -85,6 +86,18 @@ func (c *controlAPI) faults(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var f lab.Fault
+	if json.Unmarshal(body, &f) == nil && strings.HasPrefix(f.Kind, "rancher-") && c.rancher != nil {
+		detail, err := c.rancher.inject(f)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		c.mu.Lock()
+		c.events = append(c.events, lab.LogEntry{Time: time.Now(), Source: "lab", Op: "fault", Target: f.Kind, Result: detail})
+		c.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]string{"injected": f.Kind})
+		return
+	}
 	if json.Unmarshal(body, &f) != nil || !strings.HasPrefix(f.Kind, "github-") {
 		r2 := r.Clone(r.Context())
 		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
@@ -186,6 +199,11 @@ func (c *controlAPI) index(w http.ResponseWriter, r *http.Request) {
 	kinds, _ := doc["fault_kinds"].([]any)
 	for _, k := range githubFaultKinds {
 		kinds = append(kinds, k)
+	}
+	if c.rancher != nil {
+		for _, k := range rancherFaultKinds {
+			kinds = append(kinds, k)
+		}
 	}
 	doc["fault_kinds"] = kinds
 	doc["github_operations"] = c.forge.Operations()

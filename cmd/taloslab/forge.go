@@ -141,6 +141,8 @@ github:
   token_file: %s
   ca_file: %s
   mutation_spacing: 100ms
+plugins:
+  ca_file: %s
 secrets_dir: %s
 data_dir: %s
 state:
@@ -151,7 +153,7 @@ self_heal: false
 listen: 127.0.0.1:%d
 public_url: %s
 `, g.gitURL, filepath.Join(adir, "github-token"), filepath.Join(adir, "ca.pem"), g.apiURL,
-		filepath.Join(adir, "github-token"), filepath.Join(adir, "ca.pem"),
+		filepath.Join(adir, "github-token"), filepath.Join(adir, "ca.pem"), filepath.Join(adir, "ca.pem"),
 		filepath.Join(adir, "secrets"), filepath.Join(adir, "data"), agentPort, g.agentURL)
 	if err := state.WriteFile(g.agentConfig, []byte(config), 0o600); err != nil {
 		return nil, err

@@ -73,6 +73,14 @@
 // admin kubeconfig in DIR/argocd.kubeconfig, exported as
 // TALOSLAB_ARGOCD_KUBECONFIG (empty without the binaries).
 //
+// up also serves the lab's Rancher: an emulator of Rancher's v3 API (the
+// calls of the rancher plugin) over TLS from the lab's CA, exported as
+// TALOSLAB_RANCHER_URL with an API token in TALOSLAB_RANCHER_TOKEN; its
+// OpenLDAP users are alice, bob, carol and dave. lab.env exports
+// SSL_CERT_FILE as the lab's CA, so Go programs (the CLI's plugins) trust
+// it. The control API's rancher-fail and rancher-hang faults act on one
+// "METHOD /v3/path" of it.
+//
 // examples/proxmox-legacy is a cluster already running in the lab exactly
 // as the Python taloscluster would have left it (lab.WriteLegacyCluster):
 // its VMs, firewalls and boot ISO on Proxmox, its nodes bootstrapped, and
@@ -241,6 +249,12 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer gitops.close()
 
+	ranch, err := startRancher(l)
+	if err != nil {
+		return err
+	}
+	defer ranch.close()
+
 	var argo *realkube.ControlPlane
 	if *withArgo {
 		if argo, err = startArgoCD(ctx, *dir, log); err != nil {
@@ -255,12 +269,12 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening for the control API: %w", err)
 	}
-	control := &http.Server{Handler: newControlAPI(l, gitops.forge), ReadHeaderTimeout: 10 * time.Second}
+	control := &http.Server{Handler: newControlAPI(l, gitops.forge, ranch), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = control.Serve(ln) }()
 	defer control.Close()
 	controlURL := "http://" + ln.Addr().String()
 
-	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets, argo != nil); err != nil {
+	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets, argo != nil, ranch); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, OpenStack %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.OpenStackURL, l.FactoryURL, controlURL)
@@ -278,7 +292,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // writeLabFiles writes the CA, the example clusters (building the legacy
 // one in the lab) and, last, lab.env, so
 // a script can wait for lab.env to know the lab is ready.
-func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation, argo bool) error {
+func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation, argo bool, ranch *rancherLab) error {
 	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -340,13 +354,13 @@ export TALOSLAB_OPENSTACK_EXTERNAL_NET=%q
 export TALOSLAB_OPENSTACK_EXTERNAL_CIDR=%q
 export TALOSLAB_OPENSTACK_EXAMPLE_NET=%q
 export TALOSLAB_OPENSTACK_GITOPS_NET=%q
-%s`, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
+%s%s`, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
 		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
 		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(), nets.nets["vmbr2"].String(),
 		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest,
 		l.OpenStackURL, l.OpenStackCredential.ID, l.OpenStackCredential.Secret, l.OpenStackRegion, ca,
 		l.OpenStackExternalNet, l.OpenStackExternalCIDR.String(), nets.openstack["examples/openstack"].String(), nets.openstack["clusters/openstack"].String(),
-		argoCDEnv(dir, argo))
+		argoCDEnv(dir, argo), rancherEnv(ranch, ca))
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
 }
 

@@ -475,6 +475,7 @@ func TestControlAPIGitHubFaults(t *testing.T) {
 	if want := []string{"github-fail", "github-secondary-limit", "github-rate-limit", "proxmox-fail"}; !slices.Equal(faults, want) {
 		t.Errorf("the log's faults %v, want %v", faults, want)
 	}
+	t.Run("rancher", func(t *testing.T) { testRancher(t, l) })
 }
 
 // TestControlAPIGitHubConnectionFaults injects github-reset,
