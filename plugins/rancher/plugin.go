@@ -77,6 +77,13 @@ func (*Plugin) Configured(c *spec.Cluster) bool {
 	return r != nil && u != "" && t != ""
 }
 
+// Preflight refuses, before converge changes anything, a rancher.url the
+// plugin would not send the token to (not https, not a URL).
+func (p *Plugin) Preflight(c *spec.Cluster) error {
+	_, err := p.client(c)
+	return err
+}
+
 // client returns the client of the cluster's Rancher.
 func (p *Plugin) client(c *spec.Cluster) (*v3, error) {
 	u, _ := c.Plugins.Rancher["url"].(string)

@@ -409,3 +409,20 @@ func TestExistingRegistrations(t *testing.T) {
 		t.Errorf("planning changed Rancher: %v", m)
 	}
 }
+
+// TestPreflight: a rancher.url the token must not go to is refused before
+// converge changes anything; an https one passes without a request.
+func TestPreflight(t *testing.T) {
+	t.Parallel()
+	p := rancher.New(rancher.Options{})
+	for url, want := range map[string]string{
+		"https://rancher.example.org": "",
+		"http://rancher.example.org":  "must be an https URL",
+		"rancher.example.org":         "not a URL",
+	} {
+		err := p.Preflight(load(t, url, ""))
+		if (want == "" && err != nil) || (want != "" && (err == nil || !strings.Contains(err.Error(), want))) {
+			t.Errorf("rancher.url %s: %v, want %q", url, err, want)
+		}
+	}
+}
