@@ -51,6 +51,9 @@ type Options struct {
 	// GitHubAPI is GitHub's API, where a latest gateway is resolved;
 	// "" is DefaultGitHubAPI.
 	GitHubAPI string
+	// GatewayManifest is the gateway entry's manifest URL, {version} its
+	// release tag; "" is GatewayManifest (GitHub's release download).
+	GatewayManifest string
 	// ReadyWait bounds the wait for MetalLB's controller and
 	// cert-manager's webhook before the pool and the issuers are applied:
 	// 0 is three minutes, a negative value does not wait.
@@ -61,14 +64,18 @@ type Options struct {
 type Plugin struct {
 	fetch     *fetcher
 	github    string
+	gateway   string
 	readyWait time.Duration
 }
 
 // New returns the plugin.
 func New(o Options) *Plugin {
-	p := &Plugin{fetch: newFetcher(o), github: o.GitHubAPI, readyWait: o.ReadyWait}
+	p := &Plugin{fetch: newFetcher(o), github: o.GitHubAPI, gateway: o.GatewayManifest, readyWait: o.ReadyWait}
 	if p.github == "" {
 		p.github = DefaultGitHubAPI
+	}
+	if p.gateway == "" {
+		p.gateway = GatewayManifest
 	}
 	if p.readyWait == 0 {
 		p.readyWait = readyWait
@@ -265,8 +272,12 @@ func (p *Plugin) observeManifest(ctx context.Context, k *kube, es entryState, te
 // version, or for a latest gateway its latest release's tag.
 func (p *Plugin) urls(ctx context.Context, e Entry) ([]string, error) {
 	version := e.Version
+	templates := e.URLs
+	if e.Name == "gateway" {
+		templates = []string{p.gateway}
+	}
 	var out []string
-	for _, u := range e.URLs {
+	for _, u := range templates {
 		if strings.Contains(u, "{version}") && version == "" {
 			if e.Name != "gateway" {
 				return nil, errors.New("cannot resolve the latest release; pin a version in cluster.yaml or retry")
