@@ -482,7 +482,10 @@ func (pl *planner) remove(es entryState, reason string) {
 	for i := len(es.releases) - 1; i >= 0; i-- {
 		pl.uninstall(es.releases[i], reason)
 	}
-	pl.deleteObjects(e.Name, es.secrets)
+	for i := range es.secrets {
+		// rbd's Secret, then cephfs's, as the Python tool.
+		pl.deleteObjects(e.Name, es.secrets[i:i+1])
+	}
 	for _, rs := range es.releases {
 		pl.deleteNamespace(e.Name, rs.ns, reason)
 	}
