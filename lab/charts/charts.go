@@ -337,7 +337,7 @@ func gatewayManifest(version string) []byte {
 			scope = "Cluster"
 		}
 		doc := crd("gateway.networking.k8s.io", k[0], k[1], scope, "v1")
-		doc = strings.Replace(doc, "metadata:\n", "metadata:\n  annotations:\n    gateway.networking.k8s.io/bundle-version: "+version+"\n    gateway.networking.k8s.io/channel: standard\n", 1)
+		doc = strings.Replace(doc, "metadata:\n", "metadata:\n  annotations:\n    api-approved.kubernetes.io: https://github.com/kubernetes-sigs/gateway-api/pull/3328\n    gateway.networking.k8s.io/bundle-version: "+version+"\n    gateway.networking.k8s.io/channel: standard\n", 1)
 		b.WriteString(doc)
 	}
 	return []byte(b.String())

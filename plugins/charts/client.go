@@ -185,7 +185,7 @@ func (k *kube) resource(o *unstructured.Unstructured) (dynamic.ResourceInterface
 }
 
 // isNoMatch reports resource's error for a kind the API does not serve.
-func isNoMatch(err error) bool { return err != nil && apimeta.IsNoMatchError(errors.Unwrap(err)) }
+func isNoMatch(err error) bool { return apimeta.IsNoMatchError(err) }
 
 // object is a rendered object and what the API holds of it now.
 type object struct {
@@ -212,6 +212,10 @@ func (k *kube) read(ctx context.Context, o *unstructured.Unstructured, diff bool
 	}
 	if err != nil {
 		return object{}, fmt.Errorf("reading %s: %w", describe(o), err)
+	}
+	if have.GetDeletionTimestamp() != nil {
+		// Being deleted: gone, as far as a plan goes.
+		return object{obj: o}, nil
 	}
 	if !diff {
 		return object{obj: o, exists: true}, nil
