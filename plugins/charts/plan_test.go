@@ -14,7 +14,9 @@ import (
 
 var owned = map[string]string{ManagedByLabel: ManagedByValue}
 
-func ownedNS(name string) namespaceState { return namespaceState{name: name, exists: true, labels: owned} }
+func ownedNS(name string) namespaceState {
+	return namespaceState{name: name, exists: true, labels: owned}
+}
 
 // chartEntry is an entry's state with one release as given.
 func chartEntry(name string, enabled bool, rs releaseState) entryState {

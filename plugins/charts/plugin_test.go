@@ -242,6 +242,21 @@ func TestChartsOnARealAPIServer(t *testing.T) {
 	}
 	// A teardown step whose object is gone meanwhile is done.
 	apply(t, p, env, teardown[:2])
+
+	// Every entry disabled and nothing installed: the section is there,
+	// and nothing is planned.
+	disabled := load(t, "proxmox-external", "charts:\n  lab-app: {enabled: false, repo: "+l.url+"}\n  traefik: {enabled: false}\n  gateway: {enabled: false}\n", "")
+	if got := steps(t, p, disabled, env, false); len(got) != 0 {
+		t.Errorf("all disabled, nothing installed: %q", names(got))
+	}
+	// A teardown without a kubeconfig (a cluster never built) finds
+	// nothing to remove.
+	if got := steps(t, p, off, reconcile.PluginEnv{Teardown: true}, true); len(got) != 0 {
+		t.Errorf("a teardown without a kubeconfig: %q", names(got))
+	}
+	if _, err := p.Observe(t.Context(), reconcile.PluginEnv{Cluster: off}); err == nil {
+		t.Error("a converge without a kubeconfig is not an error")
+	}
 }
 
 // TestUnreachableRepositories: a repository that fails, hangs, is not
