@@ -83,7 +83,8 @@ func (f *fetcher) check(u *url.URL) error {
 func (f *fetcher) get(ctx context.Context, raw string, limit int64, timeout time.Duration, header map[string]string) ([]byte, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%q is not a URL", raw)
+		// Not quoted: a URL that does not parse may still hold a password.
+		return nil, errors.New("a URL does not parse")
 	}
 	if err := f.check(u); err != nil {
 		return nil, err
@@ -187,7 +188,7 @@ func (r *repos) chart(ctx context.Context, repoURL string, cv *repo.ChartVersion
 	}
 	base, err := url.Parse(strings.TrimRight(repoURL, "/") + "/")
 	if err != nil {
-		return nil, fmt.Errorf("%q is not a URL", repoURL)
+		return nil, errors.New("the repository URL does not parse")
 	}
 	ref, err := url.Parse(cv.URLs[0])
 	if err != nil {

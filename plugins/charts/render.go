@@ -7,10 +7,12 @@
 // names.
 //
 // render.go reads the section and renders what each entry makes, without
-// I/O; plugin.go reads it from the cluster (Helm releases through the Helm
-// SDK, objects through client-go), plans, applies and tears it down, as a
-// reconcile.Plugin; fetch.go fetches repository indexes, chart archives
-// and manifests over HTTP(S).
+// I/O; plugin.go reads it from the cluster, plans, applies and tears it
+// down, as a reconcile.Plugin; client.go reaches the cluster (Helm
+// releases through the Helm SDK, objects through client-go, from the
+// admin kubeconfig held in memory); fetch.go fetches repository indexes,
+// chart archives and manifests over HTTP(S). The commands do not run it
+// yet.
 package charts
 
 import (
