@@ -25,6 +25,7 @@ func (v *validator) plugins(t *node, _ *Cluster) Plugins {
 	if n := t.get("charts"); !n.isNull() {
 		if v.charts(n) {
 			p.Charts = plain(n).(map[string]any)
+			p.ChartsOrder = slices.Clone(n.keys)
 		}
 	}
 	return p

@@ -409,6 +409,10 @@ type Plugins struct {
 	ArgoCD  map[string]any
 	Rancher map[string]any
 	Charts  map[string]any
+	// ChartsOrder names the charts entries in cluster.yaml order, which
+	// Charts, a map, does not keep; the charts plugin installs the entries
+	// it does not know in this order.
+	ChartsOrder []string
 }
 
 // apiURL appends /api2/json to a Proxmox origin unless it is there already.
