@@ -34,6 +34,7 @@ import (
 	"github.com/taloscluster/taloscluster/internal/boundedfile"
 	"github.com/taloscluster/taloscluster/internal/noredirect"
 	"github.com/taloscluster/taloscluster/plugins/argocd"
+	"github.com/taloscluster/taloscluster/plugins/charts"
 	"github.com/taloscluster/taloscluster/plugins/rancher"
 	"github.com/taloscluster/taloscluster/providers/openstack"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
@@ -413,7 +414,8 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 		// can only name a file of the cluster's own secrets directory.
 		plugins = append(plugins, argocd.New(os.DirFS(filepath.Join(r.secretsDir, filepath.FromSlash(cluster)))))
 	}
-	plugins = append(plugins, rancher.New(rancher.Options{RootCAs: r.pluginRoots}))
+	plugins = append(plugins, rancher.New(rancher.Options{RootCAs: r.pluginRoots}),
+		charts.New(charts.Options{RootCAs: r.pluginRoots}))
 	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log,
 		DrainTimeout: r.drainTimeout, Plugins: plugins}, nil
 }

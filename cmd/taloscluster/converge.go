@@ -14,6 +14,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/taloscluster/taloscluster/plugins/argocd"
+	"github.com/taloscluster/taloscluster/plugins/charts"
 	"github.com/taloscluster/taloscluster/plugins/rancher"
 	"github.com/taloscluster/taloscluster/providers/openstack"
 	"github.com/taloscluster/taloscluster/providers/proxmox"
@@ -62,9 +63,12 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 // cluster's secrets directory only: a pull request's files are anyone's
 // to write.)
 func cliPlugins(dir string) []reconcile.Plugin {
-	// Rancher's certificate is checked against the system's roots
-	// ($SSL_CERT_FILE and $SSL_CERT_DIR replace them, as Go reads them).
-	return []reconcile.Plugin{argocd.NewOnHost(dir), rancher.New(rancher.Options{})}
+	// Rancher's and the chart repositories' certificates are checked
+	// against the system's roots ($SSL_CERT_FILE and $SSL_CERT_DIR replace
+	// them, as Go reads them). A latest gateway is asked of the GitHub
+	// API check reads the releases from.
+	return []reconcile.Plugin{argocd.NewOnHost(dir), rancher.New(rancher.Options{}),
+		charts.New(charts.Options{GitHubAPI: os.Getenv(envGitHubAPI)})}
 }
 
 func newConverge() *cobra.Command {

@@ -56,13 +56,14 @@ type controlAPI struct {
 	lab     http.Handler
 	forge   *forge.Forge
 	rancher *rancherLab
+	charts  *chartsLab
 
 	mu     sync.Mutex
 	events []lab.LogEntry // the github faults injected
 }
 
-func newControlAPI(l *lab.Lab, f *forge.Forge, r *rancherLab) *controlAPI {
-	return &controlAPI{lab: l.ControlHandler(), forge: f, rancher: r}
+func newControlAPI(l *lab.Lab, f *forge.Forge, r *rancherLab, c *chartsLab) *controlAPI {
+	return &controlAPI{lab: l.ControlHandler(), forge: f, rancher: r, charts: c}
 }
 
 func (c *controlAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -86,8 +87,12 @@ func (c *controlAPI) faults(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var f lab.Fault
-	if json.Unmarshal(body, &f) == nil && strings.HasPrefix(f.Kind, "rancher-") && c.rancher != nil {
-		detail, err := c.rancher.inject(f)
+	if json.Unmarshal(body, &f) == nil && (strings.HasPrefix(f.Kind, "rancher-") && c.rancher != nil || strings.HasPrefix(f.Kind, "charts-") && c.charts != nil) {
+		inject := c.charts.inject
+		if strings.HasPrefix(f.Kind, "rancher-") {
+			inject = c.rancher.inject
+		}
+		detail, err := inject(f)
 		if err != nil {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
@@ -202,6 +207,11 @@ func (c *controlAPI) index(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.rancher != nil {
 		for _, k := range rancherFaultKinds {
+			kinds = append(kinds, k)
+		}
+	}
+	if c.charts != nil {
+		for _, k := range chartsFaultKinds {
 			kinds = append(kinds, k)
 		}
 	}

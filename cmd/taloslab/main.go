@@ -81,6 +81,12 @@
 // it. The control API's rancher-fail and rancher-hang faults act on one
 // "METHOD /v3/path" of it.
 //
+// up also serves the lab's chart repository (Helm's repository format, over
+// TLS from the lab's CA) at TALOSLAB_CHARTS_URL: small charts named like
+// those the charts plugin knows, in several versions each, and the Gateway
+// API's standard-install.yaml per release. The control API's charts-fail,
+// charts-hang and charts-ok faults act on one path of it.
+//
 // examples/proxmox-legacy is a cluster already running in the lab exactly
 // as the Python taloscluster would have left it (lab.WriteLegacyCluster):
 // its VMs, firewalls and boot ISO on Proxmox, its nodes bootstrapped, and
@@ -254,6 +260,11 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer ranch.close()
+	charts, err := startCharts(l)
+	if err != nil {
+		return err
+	}
+	defer charts.close()
 
 	var argo *realkube.ControlPlane
 	if *withArgo {
@@ -269,12 +280,12 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listening for the control API: %w", err)
 	}
-	control := &http.Server{Handler: newControlAPI(l, gitops.forge, ranch), ReadHeaderTimeout: 10 * time.Second}
+	control := &http.Server{Handler: newControlAPI(l, gitops.forge, ranch, charts), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = control.Serve(ln) }()
 	defer control.Close()
 	controlURL := "http://" + ln.Addr().String()
 
-	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets, argo != nil, ranch); err != nil {
+	if err := writeLabFiles(ctx, *dir, l, controlURL, gitops, nets, argo != nil, ranch, charts); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "taloslab is up: Proxmox %s, OpenStack %s, Image Factory %s, control API %s/lab/v1/\n", l.PVEURL, l.OpenStackURL, l.FactoryURL, controlURL)
@@ -292,7 +303,7 @@ func up(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // writeLabFiles writes the CA, the example clusters (building the legacy
 // one in the lab) and, last, lab.env, so
 // a script can wait for lab.env to know the lab is ready.
-func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation, argo bool, ranch *rancherLab) error {
+func writeLabFiles(ctx context.Context, dir string, l *lab.Lab, controlURL string, g *gitopsLab, nets *reservation, argo bool, ranch *rancherLab, charts *chartsLab) error {
 	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -354,13 +365,13 @@ export TALOSLAB_OPENSTACK_EXTERNAL_NET=%q
 export TALOSLAB_OPENSTACK_EXTERNAL_CIDR=%q
 export TALOSLAB_OPENSTACK_EXAMPLE_NET=%q
 export TALOSLAB_OPENSTACK_GITOPS_NET=%q
-%s%s`, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
+%s%s%s`, l.PVEURL, l.TokenID, l.TokenSecret, l.RestrictedTokenID, l.RestrictedTokenSecret, l.FactoryURL, controlURL, ca, filepath.Join(dir, "examples"),
 		g.apiURL, g.userToken, g.repo, g.gitURL, g.agentConfig, g.agentURL,
 		joinNets(nets.list()), nets.nets["vmbr0"].String(), nets.nets["vmbr1"].String(), nets.nets["vmbr2"].String(),
 		forge.TalosRepo, forge.TalosLatest, forge.KubernetesRepo, forge.KubernetesLatest,
 		l.OpenStackURL, l.OpenStackCredential.ID, l.OpenStackCredential.Secret, l.OpenStackRegion, ca,
 		l.OpenStackExternalNet, l.OpenStackExternalCIDR.String(), nets.openstack["examples/openstack"].String(), nets.openstack["clusters/openstack"].String(),
-		argoCDEnv(dir, argo), rancherEnv(ranch, ca))
+		argoCDEnv(dir, argo), rancherEnv(ranch, ca), chartsEnv(charts))
 	return state.WriteFile(filepath.Join(dir, "lab.env"), []byte(env), 0o600)
 }
 

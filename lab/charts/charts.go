@@ -5,7 +5,7 @@
 // releases/latest answer for it. Everything is generated in memory at
 // start; tests publish new versions and inject faults at run time.
 //
-// The repository format is Helm's (see /work/notes/fidelity-charts.md):
+// The repository format is Helm's (lab/FIDELITY.md cites where):
 // index.yaml is Helm's repo.IndexFile, written by Helm's own package; the
 // archives are gzipped tars of <chart>/Chart.yaml, values.yaml,
 // templates/ and crds/, which Helm's loader reads.
