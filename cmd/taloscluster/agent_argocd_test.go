@@ -26,6 +26,10 @@ func TestAgentRegistersWithArgoCD(t *testing.T) {
 	cp.InstallArgoCD(t)
 	w := newAgentWorld(t, "127.183.65.0/24")
 	w.convergedFirst(t)
+	// argocd.git.url is where Argo CD sends the repository's token: the
+	// operators allow it (the endpoint policy).
+	w.cfg.AllowedEndpoints = []string{"https://git.example.org/"}
+	w.restart(t)
 	secrets := filepath.Join(w.cfg.SecretsDir, "clusters", "demo")
 	if err := os.WriteFile(filepath.Join(secrets, "argocd.kubeconfig"), cp.AdminKubeconfig(), 0o600); err != nil {
 		t.Fatal(err)
