@@ -378,11 +378,16 @@ func (s *Server) serveTyped(r *http.Request, req request, verb string, body []by
 }
 
 // decodeOptions decodes a DeleteOptions body, which clients send in the
-// resource's group version or in meta.k8s.io/v1.
+// resource's group version, in meta.k8s.io/v1 or in v1.
 func decodeOptions(r *http.Request, body []byte, res *resource, opts *metav1.DeleteOptions) error {
-	err := decodeInto(r, body, res.gv.WithKind("DeleteOptions"), opts)
-	if err != nil && res.gv.Group != metav1.GroupName {
-		err = decodeInto(r, body, metav1.SchemeGroupVersion.WithKind("DeleteOptions"), opts)
+	var err error
+	for _, gv := range []schema.GroupVersion{res.gv, metav1.SchemeGroupVersion, {Version: "v1"}} {
+		if _, e := scheme.New(gv.WithKind("DeleteOptions")); e != nil {
+			continue
+		}
+		if err = decodeInto(r, body, gv.WithKind("DeleteOptions"), opts); err == nil {
+			return nil
+		}
 	}
 	return err
 }

@@ -92,12 +92,17 @@ func writeObject(w http.ResponseWriter, r *http.Request, code int, obj runtime.O
 		writeJSONStatus(w, notAcceptable())
 		return
 	}
-	gvks, _, err := scheme.ObjectKinds(obj)
-	if err != nil {
-		http.Error(w, fmt.Sprintf("encoding a response: %v", err), http.StatusInternalServerError)
-		return
+	var body []byte
+	var err error
+	if unstructured {
+		// Custom resources are written as they are kept.
+		body, err = runtime.Encode(info.Serializer, obj)
+	} else {
+		var gvks []schema.GroupVersionKind
+		if gvks, _, err = scheme.ObjectKinds(obj); err == nil {
+			body, err = runtime.Encode(codecs.EncoderForVersion(info.Serializer, gvks[0].GroupVersion()), obj)
+		}
 	}
-	body, err := runtime.Encode(codecs.EncoderForVersion(info.Serializer, gvks[0].GroupVersion()), obj)
 	if err != nil {
 		http.Error(w, fmt.Sprintf("encoding a response: %v", err), http.StatusInternalServerError)
 		return
