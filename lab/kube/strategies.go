@@ -212,10 +212,12 @@ func defaultStatefulSet(s *appsv1.StatefulSet) {
 }
 
 // defaultedPodSpec applies to a pod template the pod defaults the emulator
-// applies to pods.
+// applies to pods, but enableServiceLinks, which only pods get.
 func defaultedPodSpec(spec corev1.PodSpec) corev1.PodSpec {
+	links := spec.EnableServiceLinks
 	p := &corev1.Pod{Spec: spec}
 	defaultPod(p)
+	p.Spec.EnableServiceLinks = links
 	return p.Spec
 }
 
