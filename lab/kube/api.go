@@ -154,6 +154,8 @@ func route(r *http.Request, lookupResource func(schema.GroupVersion, string) *re
 		return request{kind: "health"}, "get"
 	case len(segs) <= 2 && segs[0] == "api", len(segs) <= 3 && segs[0] == "apis":
 		return request{kind: "discovery"}, "get"
+	case len(segs) >= 2 && segs[0] == "openapi" && segs[1] == "v3":
+		return request{kind: "openapi"}, "get"
 	}
 	var gv schema.GroupVersion
 	var rest []string
@@ -251,6 +253,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req request, verb
 		return
 	case "discovery":
 		if doc := s.discovery(r.URL.Path); doc != nil {
+			writeJSON(w, doc)
+			return
+		}
+		writeError(w, r, notFoundPath())
+		return
+	case "openapi":
+		if doc := s.openAPI(r.URL.Path); doc != nil && r.Method == http.MethodGet {
 			writeJSON(w, doc)
 			return
 		}

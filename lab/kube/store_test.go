@@ -17,6 +17,7 @@ import (
 	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/openapi3"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
@@ -443,5 +444,50 @@ func rbacRole(name string) *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}},
+	}
+}
+
+// TestOpenAPIV3AnswersTheFieldValidationCheck reads the OpenAPI v3
+// documents the way kubectl's and Helm's resource builders do before they
+// validate objects: the PATCH operation of each kind must take the
+// fieldValidation query parameter.
+func TestOpenAPIV3AnswersTheFieldValidationCheck(t *testing.T) {
+	ctx := testContext(t)
+	_, cfg, c := storeWorld(t)
+	if _, err := dynamicClient(t, cfg).Resource(crdGVR).Create(ctx, poolCRD("openapi.lab.test"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	root := openapi3.NewRoot(c.Discovery().OpenAPIV3())
+	for _, gvk := range []schema.GroupVersionKind{
+		{Version: "v1", Kind: "Secret"}, {Version: "v1", Kind: "Namespace"},
+		{Group: "apps", Version: "v1", Kind: "Deployment"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "ClusterRoleBinding"},
+		{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+		{Group: "openapi.lab.test", Version: "v1beta1", Kind: "IPAddressPool"},
+	} {
+		doc, err := root.GVSpec(gvk.GroupVersion())
+		if err != nil {
+			t.Fatalf("reading the document of %s: %v", gvk.GroupVersion(), err)
+		}
+		found := false
+		for _, item := range doc.Paths.Paths {
+			op := item.Patch
+			if op == nil {
+				continue
+			}
+			var got map[string]string
+			if err := op.Extensions.GetObject("x-kubernetes-group-version-kind", &got); err != nil || got["kind"] != gvk.Kind || got["group"] != gvk.Group {
+				continue
+			}
+			for _, p := range op.Parameters {
+				found = found || (p.Name == "fieldValidation" && p.In == "query")
+			}
+		}
+		if !found {
+			t.Errorf("no PATCH operation of %s takes fieldValidation", gvk)
+		}
+	}
+	if _, err := root.GVSpec(schema.GroupVersion{Group: "nope.lab.test", Version: "v1"}); err == nil {
+		t.Errorf("a group that is not served has a document")
 	}
 }
