@@ -80,7 +80,7 @@ func prepareCRD(u, cur *unstructured.Unstructured) {
 	if v := storageVersion(u); v != "" && !stored[v] {
 		storedVersions = append(storedVersions, v)
 	}
-	now := st0Time(cur)
+	now := conditionTime(cur)
 	status := map[string]any{
 		"acceptedNames": runtime.DeepCopyJSONValue(names),
 		"conditions": []any{
@@ -92,9 +92,9 @@ func prepareCRD(u, cur *unstructured.Unstructured) {
 	u.Object["status"] = status
 }
 
-// st0Time is the transition time of the conditions: the stored object's,
-// or the creation time of the object being created.
-func st0Time(cur *unstructured.Unstructured) string {
+// conditionTime is the transition time of the conditions: the stored
+// one, or none for a new definition (syncCRDs stamps it).
+func conditionTime(cur *unstructured.Unstructured) string {
 	if cur != nil {
 		conds, _, _ := unstructured.NestedSlice(cur.Object, "status", "conditions")
 		for _, c := range conds {

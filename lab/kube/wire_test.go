@@ -136,9 +136,9 @@ var knownWireDifferences = map[string][]string{
 	"api": {"serverAddressByClientCIDRs.0.serverAddress"},
 	// The real validation message prints the internal Go value of the spec.
 	"budget with both bounds": {"details.causes.0.message", "message"},
-	// The emulator neither watches nor deletes collections (nor
-	// namespaces), and has no storage to hash; the resources it does not
-	// serve at all are left out before comparing.
+	// The emulator neither watches nor deletes collections, and has no
+	// storage to hash; the resources it does not serve at all are left
+	// out before comparing.
 	"api v1 resources":           {"resources.*.verbs", "resources.*.storageVersionHash"},
 	"policy v1 resources":        {"resources.*.verbs", "resources.*.storageVersionHash"},
 	"apps v1 resources":          {"resources.*.verbs", "resources.*.storageVersionHash"},
