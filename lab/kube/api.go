@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	goruntime "runtime"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -70,7 +72,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			user = u
 		}
 	}
-	req, verb := route(r)
+	req, verb := route(r, s.lookupResource)
 	s.mu.Lock()
 	op.User, op.Verb = user, verb
 	op.Resource, op.Namespace, op.Name = opResource(req), req.namespace, req.name
@@ -142,7 +144,7 @@ func opResource(req request) string {
 
 // route parses a request's URL and method into the resource it names and
 // the Kubernetes verb.
-func route(r *http.Request) (request, string) {
+func route(r *http.Request, lookupResource func(schema.GroupVersion, string) *resource) (request, string) {
 	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	verb := strings.ToLower(r.Method)
 	switch {
@@ -152,6 +154,8 @@ func route(r *http.Request) (request, string) {
 		return request{kind: "health"}, "get"
 	case len(segs) <= 2 && segs[0] == "api", len(segs) <= 3 && segs[0] == "apis":
 		return request{kind: "discovery"}, "get"
+	case len(segs) >= 2 && segs[0] == "openapi" && segs[1] == "v3":
+		return request{kind: "openapi"}, "get"
 	}
 	var gv schema.GroupVersion
 	var rest []string
@@ -214,13 +218,17 @@ func route(r *http.Request) (request, string) {
 	return req, verb
 }
 
-func lookupResource(gv schema.GroupVersion, name string) *resource {
+// lookupResource finds a served resource: a built-in one, or one a
+// CustomResourceDefinition serves.
+func (s *Server) lookupResource(gv schema.GroupVersion, name string) *resource {
 	for _, r := range resources {
 		if r.gv == gv && r.name == name {
 			return r
 		}
 	}
-	return nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.customResource(gv, name)
 }
 
 func notFoundPath() error {
@@ -245,6 +253,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req request, verb
 		return
 	case "discovery":
 		if doc := s.discovery(r.URL.Path); doc != nil {
+			writeJSON(w, doc)
+			return
+		}
+		writeError(w, r, notFoundPath())
+		return
+	case "openapi":
+		if doc := s.openAPI(r.URL.Path); doc != nil && r.Method == http.MethodGet {
 			writeJSON(w, doc)
 			return
 		}
@@ -284,18 +299,28 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req request, verb
 // serveResource carries out a verb on a resource, answering the object (or
 // Status) to write and the HTTP status code.
 func (s *Server) serveResource(r *http.Request, req request, verb string) (obj runtime.Object, code int, err error) {
-	res, ns, name, sub := req.res, req.namespace, req.name, req.sub
+	res := req.res
 	var body []byte
 	if r.Method == http.MethodPost || r.Method == http.MethodPut || r.Method == http.MethodPatch || r.Method == http.MethodDelete {
 		if body, err = readBody(r); err != nil {
 			return nil, 0, err
 		}
 	}
+	if res.generic || res == namespacesResource {
+		return s.serveStore(r, req, verb, body)
+	}
 	if q := r.URL.Query(); q.Has("dryRun") {
 		return nil, 0, apierrors.NewBadRequest("dry runs are not supported by the Kubernetes API emulator")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.serveTyped(r, req, verb, body)
+}
+
+// serveTyped carries out a verb on one of the kinds modelled with their Go
+// types. s.mu is held.
+func (s *Server) serveTyped(r *http.Request, req request, verb string, body []byte) (obj runtime.Object, code int, err error) {
+	res, ns, name, sub := req.res, req.namespace, req.name, req.sub
 	st := s.st
 	switch {
 	case verb == "list" && sub == "":
@@ -362,11 +387,16 @@ func (s *Server) serveResource(r *http.Request, req request, verb string) (obj r
 }
 
 // decodeOptions decodes a DeleteOptions body, which clients send in the
-// resource's group version or in meta.k8s.io/v1.
+// resource's group version, in meta.k8s.io/v1 or in v1.
 func decodeOptions(r *http.Request, body []byte, res *resource, opts *metav1.DeleteOptions) error {
-	err := decodeInto(r, body, res.gv.WithKind("DeleteOptions"), opts)
-	if err != nil && res.gv.Group != metav1.GroupName {
-		err = decodeInto(r, body, metav1.SchemeGroupVersion.WithKind("DeleteOptions"), opts)
+	var err error
+	for _, gv := range []schema.GroupVersion{res.gv, metav1.SchemeGroupVersion, {Version: "v1"}} {
+		if _, e := scheme.New(gv.WithKind("DeleteOptions")); e != nil {
+			continue
+		}
+		if err = decodeInto(r, body, gv.WithKind("DeleteOptions"), opts); err == nil {
+			return nil
+		}
 	}
 	return err
 }
@@ -429,17 +459,9 @@ func versionInfo(v string) version.Info {
 
 // discovery returns the legacy discovery document for a path, or nil.
 func (s *Server) discovery(path string) any {
-	policyGV := metav1.GroupVersionForDiscovery{GroupVersion: "policy/v1", Version: "v1"}
-	policy := metav1.APIGroup{
-		TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
-		Name:     "policy", Versions: []metav1.GroupVersionForDiscovery{policyGV}, PreferredVersion: policyGV,
-	}
-	appsGV := metav1.GroupVersionForDiscovery{GroupVersion: "apps/v1", Version: "v1"}
-	apps := metav1.APIGroup{
-		TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"},
-		Name:     "apps", Versions: []metav1.GroupVersionForDiscovery{appsGV}, PreferredVersion: appsGV,
-	}
-	switch strings.TrimSuffix(path, "/") {
+	groups := s.apiGroups()
+	path = strings.TrimSuffix(path, "/")
+	switch path {
 	case "/api":
 		return &metav1.APIVersions{
 			TypeMeta: metav1.TypeMeta{Kind: "APIVersions"},
@@ -449,40 +471,86 @@ func (s *Server) discovery(path string) any {
 			},
 		}
 	case "/apis":
-		policy.TypeMeta, apps.TypeMeta = metav1.TypeMeta{}, metav1.TypeMeta{}
-		return &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{apps, policy}}
-	case "/apis/policy":
-		return &policy
-	case "/apis/apps":
-		return &apps
-	case "/apis/apps/v1":
-		return resourceList("apps/v1", []metav1.APIResource{
-			{Name: "daemonsets", SingularName: "daemonset", Namespaced: true, Kind: "DaemonSet", ShortNames: []string{"ds"},
-				Categories: []string{"all"}, Verbs: []string{"create", "delete", "get", "list", "patch", "update"}},
-			{Name: "daemonsets/status", Namespaced: true, Kind: "DaemonSet", Verbs: []string{"get", "patch", "update"}},
-		})
+		list := &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: []metav1.APIGroup{}}
+		for _, g := range groups {
+			g.TypeMeta = metav1.TypeMeta{}
+			list.Groups = append(list.Groups, g)
+		}
+		return list
 	case "/api/v1":
-		return resourceList("v1", []metav1.APIResource{
-			{Name: "namespaces", SingularName: "namespace", Kind: "Namespace", ShortNames: []string{"ns"},
-				Verbs: []string{"create", "get", "list", "patch", "update"}},
-			{Name: "namespaces/status", Kind: "Namespace", Verbs: []string{"get", "patch", "update"}},
-			{Name: "nodes", SingularName: "node", Kind: "Node", ShortNames: []string{"no"},
-				Verbs: []string{"create", "delete", "get", "list", "patch", "update"}},
-			{Name: "nodes/status", Kind: "Node", Verbs: []string{"get", "patch", "update"}},
-			{Name: "pods", SingularName: "pod", Namespaced: true, Kind: "Pod", ShortNames: []string{"po"},
-				Categories: []string{"all"}, Verbs: []string{"create", "delete", "get", "list", "patch", "update"}},
-			{Name: "pods/eviction", Namespaced: true, Group: "policy", Version: "v1", Kind: "Eviction", Verbs: []string{"create"}},
-			{Name: "pods/status", Namespaced: true, Kind: "Pod", Verbs: []string{"get", "patch", "update"}},
-		})
-	case "/apis/policy/v1":
-		return resourceList("policy/v1", []metav1.APIResource{
-			{Name: "poddisruptionbudgets", SingularName: "poddisruptionbudget", Namespaced: true,
-				Kind: "PodDisruptionBudget", ShortNames: []string{"pdb"},
-				Verbs: []string{"create", "delete", "get", "list", "patch", "update"}},
-			{Name: "poddisruptionbudgets/status", Namespaced: true, Kind: "PodDisruptionBudget", Verbs: []string{"get", "patch", "update"}},
-		})
+		return resourceList("v1", s.apiResources(schema.GroupVersion{Version: "v1"}))
+	}
+	for _, g := range groups {
+		if path == "/apis/"+g.Name {
+			return &g
+		}
+		for _, v := range g.Versions {
+			if path == "/apis/"+v.GroupVersion {
+				gv := schema.GroupVersion{Group: g.Name, Version: v.Version}
+				return resourceList(v.GroupVersion, s.apiResources(gv))
+			}
+		}
 	}
 	return nil
+}
+
+// builtinGroups are the API groups the emulator serves without a
+// CustomResourceDefinition, in kube-apiserver's order.
+var builtinGroups = []string{"apps", "policy", "rbac.authorization.k8s.io", "apiextensions.k8s.io"}
+
+// apiGroups lists the served groups: the built-in ones, then those of the
+// CustomResourceDefinitions by name.
+func (s *Server) apiGroups() []metav1.APIGroup {
+	s.mu.Lock()
+	custom, versions := s.st.customGroups()
+	s.mu.Unlock()
+	var out []metav1.APIGroup
+	for _, name := range append(slices.Clone(builtinGroups), custom...) {
+		vs := versions[name]
+		if slices.Contains(builtinGroups, name) {
+			vs = []string{"v1"}
+		}
+		g := metav1.APIGroup{TypeMeta: metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}, Name: name}
+		for _, v := range vs {
+			g.Versions = append(g.Versions, metav1.GroupVersionForDiscovery{GroupVersion: name + "/" + v, Version: v})
+		}
+		g.PreferredVersion = g.Versions[0]
+		out = append(out, g)
+	}
+	return out
+}
+
+// apiResources lists the resources of a group version, each followed by
+// its subresources, sorted by name as kube-apiserver sorts them.
+func (s *Server) apiResources(gv schema.GroupVersion) []metav1.APIResource {
+	rs := slices.Clone(resources)
+	s.mu.Lock()
+	rs = append(rs, s.st.custom...)
+	s.mu.Unlock()
+	var out []metav1.APIResource
+	for _, r := range rs {
+		if r.gv != gv {
+			continue
+		}
+		out = append(out, metav1.APIResource{
+			Name: r.name, SingularName: r.singular, Namespaced: r.namespaced, Kind: r.kind,
+			ShortNames: r.shortNames, Categories: r.categories, Verbs: r.verbs(),
+		})
+		for _, sub := range r.subs {
+			sr := metav1.APIResource{Name: r.name + "/" + sub, Namespaced: r.namespaced, Kind: r.kind, Verbs: []string{"get", "patch", "update"}}
+			if sub == "eviction" {
+				sr.Group, sr.Version, sr.Kind, sr.Verbs = "policy", "v1", "Eviction", []string{"create"}
+			}
+			out = append(out, sr)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// verbs are the verbs a resource is served with.
+func (r *resource) verbs() []string {
+	return []string{"create", "delete", "get", "list", "patch", "update"}
 }
 
 // resourceList is a group version's resource list; kube-apiserver leaves

@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,7 +37,7 @@ var (
 )
 
 func init() {
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme, appsv1.AddToScheme, metav1.AddMetaToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, policyv1.AddToScheme, appsv1.AddToScheme, rbacv1.AddToScheme, metav1.AddMetaToScheme} {
 		if err := add(scheme); err != nil {
 			panic(fmt.Sprintf("registering API types: %v", err))
 		}
@@ -49,6 +50,12 @@ func init() {
 // one in the client's order. Accept entries asking for another shape
 // (as=Table, as=PartialObjectMetadata) are passed over.
 func negotiate(r *http.Request) (runtime.SerializerInfo, bool) {
+	return negotiateFor(r, false)
+}
+
+// negotiateFor negotiates as negotiate does, passing over protobuf for
+// objects that have no protobuf encoding (custom resources).
+func negotiateFor(r *http.Request, noProtobuf bool) (runtime.SerializerInfo, bool) {
 	accept := r.Header.Get("Accept")
 	if strings.TrimSpace(accept) == "" {
 		accept = "*/*"
@@ -64,6 +71,10 @@ func negotiate(r *http.Request) (runtime.SerializerInfo, bool) {
 		switch mt {
 		case "*/*", "application/*":
 			mt = mediaJSON
+		case mediaProtobuf:
+			if noProtobuf {
+				continue
+			}
 		}
 		if info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), mt); ok {
 			return info, true
@@ -75,17 +86,23 @@ func negotiate(r *http.Request) (runtime.SerializerInfo, bool) {
 // writeObject encodes obj in the negotiated media type with the given HTTP
 // status code.
 func writeObject(w http.ResponseWriter, r *http.Request, code int, obj runtime.Object) {
-	info, ok := negotiate(r)
+	_, unstructured := obj.(runtime.Unstructured)
+	info, ok := negotiateFor(r, unstructured)
 	if !ok {
 		writeJSONStatus(w, notAcceptable())
 		return
 	}
-	gvks, _, err := scheme.ObjectKinds(obj)
-	if err != nil {
-		http.Error(w, fmt.Sprintf("encoding a response: %v", err), http.StatusInternalServerError)
-		return
+	var body []byte
+	var err error
+	if unstructured {
+		// Custom resources are written as they are kept.
+		body, err = runtime.Encode(info.Serializer, obj)
+	} else {
+		var gvks []schema.GroupVersionKind
+		if gvks, _, err = scheme.ObjectKinds(obj); err == nil {
+			body, err = runtime.Encode(codecs.EncoderForVersion(info.Serializer, gvks[0].GroupVersion()), obj)
+		}
 	}
-	body, err := runtime.Encode(codecs.EncoderForVersion(info.Serializer, gvks[0].GroupVersion()), obj)
 	if err != nil {
 		http.Error(w, fmt.Sprintf("encoding a response: %v", err), http.StatusInternalServerError)
 		return

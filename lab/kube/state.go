@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,6 +37,15 @@ type resource struct {
 	shortNames []string
 	subs       []string // subresources
 	fields     []string // supported field selector labels
+	categories []string
+
+	// The generic object store's kinds (generic.go).
+	generic        bool
+	generation     bool      // metadata.generation counts spec changes
+	pathNames      bool      // names are path segments (RBAC), not DNS subdomains
+	returnsDeleted bool      // delete answers the deleted object, not a Status
+	stored         *resource // where a custom resource's objects are kept
+	crd            string    // the CustomResourceDefinition serving it
 }
 
 var (
@@ -46,7 +56,7 @@ var (
 	}
 	podsResource = &resource{
 		name: "pods", singular: "pod", kind: "Pod", gv: corev1.SchemeGroupVersion, namespaced: true,
-		shortNames: []string{"po"}, subs: []string{"eviction", "status"},
+		shortNames: []string{"po"}, subs: []string{"eviction", "status"}, categories: []string{"all"},
 		fields: []string{"metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy",
 			"spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.phase",
 			"status.podIP", "status.nominatedNodeName"},
@@ -63,10 +73,11 @@ var (
 	}
 	daemonSetsResource = &resource{
 		name: "daemonsets", singular: "daemonset", kind: "DaemonSet",
-		gv: appsv1.SchemeGroupVersion, namespaced: true, shortNames: []string{"ds"}, subs: []string{"status"},
+		gv: appsv1.SchemeGroupVersion, namespaced: true, shortNames: []string{"ds"}, subs: []string{"status"}, categories: []string{"all"},
 		fields: []string{"metadata.name", "metadata.namespace"},
 	}
-	resources = []*resource{namespacesResource, nodesResource, podsResource, pdbsResource, daemonSetsResource}
+	resources = append([]*resource{namespacesResource, nodesResource, podsResource, pdbsResource, daemonSetsResource},
+		genericResources...)
 )
 
 func (r *resource) groupResource() schema.GroupResource {
@@ -115,17 +126,22 @@ type state struct {
 	unready map[string]bool
 	// owners are the simulated controllers, by namespace/kind/name.
 	owners map[string]*owner
-	now    func() time.Time
+	// custom are the resources the CustomResourceDefinitions serve, and
+	// crdStores where their objects are kept, by definition name.
+	custom    []*resource
+	crdStores map[string]*resource
+	now       func() time.Time
 }
 
 func newState() *state {
 	st := &state{
-		objs:     map[*resource]map[string]runtime.Object{},
-		kubelets: map[string]bool{},
-		stopped:  map[string]bool{},
-		unready:  map[string]bool{},
-		owners:   map[string]*owner{},
-		now:      time.Now,
+		objs:      map[*resource]map[string]runtime.Object{},
+		kubelets:  map[string]bool{},
+		stopped:   map[string]bool{},
+		unready:   map[string]bool{},
+		owners:    map[string]*owner{},
+		crdStores: map[string]*resource{},
+		now:       time.Now,
 	}
 	for _, r := range resources {
 		st.objs[r] = map[string]runtime.Object{}
@@ -189,6 +205,12 @@ func fieldSet(obj runtime.Object) fields.Set {
 		return fields.Set{"metadata.name": o.Name, "metadata.namespace": o.Namespace}
 	case *appsv1.DaemonSet:
 		return fields.Set{"metadata.name": o.Name, "metadata.namespace": o.Namespace}
+	case *unstructured.Unstructured:
+		set := fields.Set{"metadata.name": o.GetName(), "metadata.namespace": o.GetNamespace()}
+		if o.GetKind() == "Secret" && o.GetAPIVersion() == "v1" {
+			set["type"], _, _ = unstructured.NestedString(o.Object, "type")
+		}
+		return set
 	}
 	return fields.Set{}
 }
@@ -273,7 +295,7 @@ func (st *state) create(r *resource, ns string, obj runtime.Object) (runtime.Obj
 		return nil, apierrors.NewInvalid(r.gvk().GroupKind(), m.GetName(), errs)
 	}
 	if r.namespaced {
-		if _, err := st.lookup(namespacesResource, "", ns); err != nil {
+		if err := st.admitNamespace(r, ns, m.GetName()); err != nil {
 			return nil, err
 		}
 	}
@@ -370,7 +392,12 @@ func (st *state) update(r *resource, ns, name, sub string, upd runtime.Object) (
 		um.SetDeletionTimestamp(cm.GetDeletionTimestamp())
 		um.SetDeletionGracePeriodSeconds(cm.GetDeletionGracePeriodSeconds())
 		um.SetGeneration(cm.GetGeneration())
-		um.SetManagedFields(nil)
+		if r != namespacesResource {
+			um.SetManagedFields(nil)
+		} else if um.GetManagedFields() == nil {
+			// Namespaces keep the managed fields server-side apply wrote.
+			um.SetManagedFields(cm.GetManagedFields())
+		}
 		um.SetResourceVersion(cm.GetResourceVersion())
 		switch o := upd.(type) {
 		case *corev1.Node:
@@ -501,8 +528,6 @@ func (st *state) remove(r *resource, ns, name string, opts *metav1.DeleteOptions
 			zero := int64(0)
 			st.deletePod(p, &zero)
 		}
-	case namespacesResource:
-		return nil, apierrors.NewMethodNotSupported(r.groupResource(), "delete")
 	default:
 		delete(st.objs[r], objKey(ns, name))
 	}

@@ -91,6 +91,40 @@ var wireRequests = []wireRequest{
 	wr("unknown resource", "GET", "/api/v1/frobs", ""),
 	wr("pods in a missing namespace", "POST", "/api/v1/namespaces/nope/pods",
 		`{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"i"}]}}`),
+	wr("secret", "GET", "/api/v1/namespaces/wire/secrets/ws", ""),
+	wr("create secret with stringData", "POST", "/api/v1/namespaces/wire/secrets",
+		`{"metadata":{"name":"cattle-credentials-x","labels":{"owner":"helm"}},"data":{"a":"YQ=="},"stringData":{"b":"bee","a":"ay"}}`),
+	wr("secrets by label", "GET", "/api/v1/namespaces/wire/secrets?labelSelector=owner%3Dhelm%2Cname%20notin%20(x)", ""),
+	wr("dry-run secret", "POST", "/api/v1/namespaces/wire/secrets?dryRun=All", `{"metadata":{"name":"dry"},"stringData":{"k":"v"}}`),
+	wr("dry-run secret is not there", "GET", "/api/v1/namespaces/wire/secrets/dry", ""),
+	wr("secret in a missing namespace", "POST", "/api/v1/namespaces/nope/secrets", `{"metadata":{"name":"s"}}`),
+	wr("apply a configmap", "PATCH", "/api/v1/namespaces/wire/configmaps/applied?fieldManager=lab",
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied","labels":{"l":"1"}},"data":{"a":"1","b":"2"}}`, "application/apply-patch+yaml"),
+	wr("re-apply a configmap without a field", "PATCH", "/api/v1/namespaces/wire/configmaps/applied?fieldManager=lab",
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: \"1\"\n", "application/apply-patch+yaml"),
+	wr("apply conflict", "PATCH", "/api/v1/namespaces/wire/configmaps/applied?fieldManager=other",
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied"},"data":{"a":"9"}}`, "application/apply-patch+yaml"),
+	wr("apply without a field manager", "PATCH", "/api/v1/namespaces/wire/configmaps/applied",
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied"}}`, "application/apply-patch+yaml"),
+	wr("create service account", "POST", "/api/v1/namespaces/wire/serviceaccounts", `{"metadata":{"name":"cattle"}}`),
+	wr("delete service account", "DELETE", "/api/v1/namespaces/wire/serviceaccounts/cattle", ""),
+	wr("delete secret", "DELETE", "/api/v1/namespaces/wire/secrets/cattle-credentials-x", ""),
+	wr("create service", "POST", "/api/v1/namespaces/wire/services",
+		`{"metadata":{"name":"web"},"spec":{"selector":{"app":"web"},"ports":[{"name":"http","port":80}]}}`),
+	wr("create deployment", "POST", "/apis/apps/v1/namespaces/wire/deployments",
+		`{"metadata":{"name":"cattle-cluster-agent"},"spec":{"selector":{"matchLabels":{"app":"a"}},"template":{"metadata":{"labels":{"app":"a"}},"spec":{"containers":[{"name":"agent","image":"rancher/rancher-agent:v2.12.0"}]}}}}`),
+	wr("patch deployment", "PATCH", "/apis/apps/v1/namespaces/wire/deployments/cattle-cluster-agent",
+		`{"spec":{"replicas":2}}`),
+	wr("apply cluster role", "PATCH", "/apis/rbac.authorization.k8s.io/v1/clusterroles/proxy-clusterrole-kubeapiserver?fieldManager=lab",
+		`{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"proxy-clusterrole-kubeapiserver"},"rules":[{"apiGroups":[""],"resources":["nodes/proxy"],"verbs":["get"]}]}`,
+		"application/apply-patch+yaml"),
+	wr("apply namespace", "PATCH", "/api/v1/namespaces/cattle-system?fieldManager=lab",
+		`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"cattle-system","labels":{"a":"b"}}}`, "application/apply-patch+yaml"),
+	wr("dry-run namespace delete", "DELETE", "/api/v1/namespaces/cattle-system?dryRun=All", ""),
+	wr("delete an immortal namespace", "DELETE", "/api/v1/namespaces/default", ""),
+	wr("apps v1 resources", "GET", "/apis/apps/v1", ""),
+	wr("rbac v1 resources", "GET", "/apis/rbac.authorization.k8s.io/v1", ""),
+	wr("apiextensions v1 resources", "GET", "/apis/apiextensions.k8s.io/v1", ""),
 }
 
 // knownWireDifferences are the differences the emulator keeps on purpose,
@@ -102,11 +136,17 @@ var knownWireDifferences = map[string][]string{
 	"api": {"serverAddressByClientCIDRs.0.serverAddress"},
 	// The real validation message prints the internal Go value of the spec.
 	"budget with both bounds": {"details.causes.0.message", "message"},
-	// The emulator neither watches nor deletes collections (nor
-	// namespaces), and has no storage to hash; the resources it does not
-	// serve at all are left out before comparing.
-	"api v1 resources":    {"resources.*.verbs", "resources.*.storageVersionHash"},
-	"policy v1 resources": {"resources.*.verbs", "resources.*.storageVersionHash"},
+	// The emulator neither watches nor deletes collections, and has no
+	// storage to hash; the resources it does not serve at all are left
+	// out before comparing.
+	"api v1 resources":           {"resources.*.verbs", "resources.*.storageVersionHash"},
+	"policy v1 resources":        {"resources.*.verbs", "resources.*.storageVersionHash"},
+	"apps v1 resources":          {"resources.*.verbs", "resources.*.storageVersionHash"},
+	"rbac v1 resources":          {"resources.*.verbs", "resources.*.storageVersionHash"},
+	"apiextensions v1 resources": {"resources.*.verbs", "resources.*.storageVersionHash"},
+	// Cluster IPs are allocated at random by the real server, in order by
+	// the emulator.
+	"create service": {"spec.clusterIP", "spec.clusterIPs.0"},
 }
 
 // knownDifference reports whether a differing path is expected for a
@@ -154,6 +194,12 @@ func wireFixtures(ctx context.Context, t *testing.T, c kubernetes.Interface) {
 	t.Helper()
 	f := fixtures{c: c}
 	if _, err := c.CoreV1().Namespaces().Create(ctx, nsObject("wire"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Secrets("wire").Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "ws", Labels: map[string]string{"owner": "helm", "name": "ws"}},
+		StringData: map[string]string{"token": "t"},
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.node(ctx, t, "n1", map[string]string{"lab.test/wire": "yes"})

@@ -78,6 +78,7 @@ func (st *state) reconcile() {
 		changed = st.runControllers() || changed
 		changed = st.runDaemonSets() || changed
 		changed = st.schedule() || changed
+		changed = st.finishNamespaces() || changed
 		if !changed {
 			break
 		}
