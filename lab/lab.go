@@ -569,7 +569,10 @@ func (h *talosHooks) Bootstrapped(c talos.Cluster) {
 		return
 	}
 	k, err := kube.New(kube.Options{CACert: c.KubernetesCA.Cert, CAKey: c.KubernetesCA.Key, Addr: addr,
-		Version: c.KubernetesVersion, ReadyDelay: l.opts.ReadyDelay, NodeMonitorGracePeriod: l.opts.nodeMonitorGracePeriod(), Logger: l.log})
+		Version: c.KubernetesVersion, ReadyDelay: l.opts.ReadyDelay, NodeMonitorGracePeriod: l.opts.nodeMonitorGracePeriod(), Logger: l.log,
+		// The Deployments plugins install (MetalLB's controller, a
+		// chart's workloads) turn available as their pods would run.
+		DeploymentsAvailable: true})
 	if err != nil {
 		l.event("kube-failed", c.Name, err.Error())
 		return

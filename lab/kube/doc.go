@@ -54,7 +54,9 @@
 //     on: secrets, configmaps, serviceaccounts and services (v1),
 //     deployments and statefulsets (apps/v1, with a status subresource whose
 //     status is what clients write: no Deployment or StatefulSet controller
-//     runs, so no ReplicaSets and no pods appear), clusterroles,
+//     runs, so no ReplicaSets and no pods appear; with
+//     [Options.DeploymentsAvailable], as the lab's clusters run, a written
+//     Deployment shows every replica available at once), clusterroles,
 //     clusterrolebindings, roles and rolebindings
 //     (rbac.authorization.k8s.io/v1), customresourcedefinitions
 //     (apiextensions.k8s.io/v1) and the kinds those define. Verbs: get, list

@@ -55,6 +55,13 @@ type Options struct {
 	// --node-monitor-grace-period, whose default is
 	// DefaultNodeMonitorGracePeriod. Zero or less marks it at once.
 	NodeMonitorGracePeriod time.Duration
+	// DeploymentsAvailable plays the Deployment controller and the
+	// kubelets of a Deployment's pods at once: every Deployment written
+	// shows all its replicas updated, ready and available, with the
+	// condition Available True, as it would once its pods run. No pod is
+	// made. Off, a Deployment's status is what clients write, as in a
+	// cluster without kube-controller-manager.
+	DeploymentsAvailable bool
 	// Logger receives the HTTP server's own errors (TLS handshakes that
 	// failed, for one); nil discards them.
 	Logger *slog.Logger
@@ -127,6 +134,7 @@ func New(opts Options) (*Server, error) {
 	cfg.Certificates = nil
 	cfg.GetCertificate = s.certificateFor
 	s.st = newState()
+	s.st.deploymentsAvailable = opts.DeploymentsAvailable
 	return s, nil
 }
 

@@ -131,6 +131,8 @@ type state struct {
 	custom    []*resource
 	crdStores map[string]*resource
 	now       func() time.Time
+	// deploymentsAvailable is Options.DeploymentsAvailable.
+	deploymentsAvailable bool
 }
 
 func newState() *state {

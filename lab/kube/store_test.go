@@ -491,3 +491,27 @@ func TestOpenAPIV3AnswersTheFieldValidationCheck(t *testing.T) {
 		t.Errorf("a group that is not served has a document")
 	}
 }
+
+// TestDeploymentsAvailable: with DeploymentsAvailable, a Deployment is
+// available as soon as it is written, as the lab's clusters show it;
+// without, its status is what clients write.
+func TestDeploymentsAvailable(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{true, false} {
+		s, _, _ := startEmulator(t, kube.Options{DeploymentsAvailable: on})
+		c := adminClient(t, s)
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+			Spec: appsv1.DeploymentSpec{Replicas: new(int32(2)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web:1"}}}}}}
+		got, err := c.AppsV1().Deployments("default").Create(t.Context(), d, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		availableNow := got.Status.AvailableReplicas == 2 && len(got.Status.Conditions) > 0 &&
+			got.Status.Conditions[0].Type == appsv1.DeploymentAvailable && got.Status.Conditions[0].Status == corev1.ConditionTrue
+		if availableNow != on {
+			t.Errorf("DeploymentsAvailable %v: the new Deployment's status %+v", on, got.Status)
+		}
+	}
+}

@@ -1,12 +1,15 @@
 package kube
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,7 +51,12 @@ func (st *state) genericPrepare(r *resource, u, cur *unstructured.Unstructured) 
 	case servicesResource:
 		return prepareTyped(r, u, func(s *corev1.Service) { st.prepareService(s, cur) })
 	case deploymentsResource:
-		return prepareTyped(r, u, defaultDeployment)
+		return prepareTyped(r, u, func(d *appsv1.Deployment) {
+			defaultDeployment(d)
+			if st.deploymentsAvailable {
+				available(d, st.now())
+			}
+		})
 	case statefulSetsResource:
 		return prepareTyped(r, u, defaultStatefulSet)
 	case crdsResource:
@@ -225,4 +233,20 @@ func defaultedPodSpec(spec corev1.PodSpec) corev1.PodSpec {
 func mediaOf(ct string) string {
 	mt, _, _ := strings.Cut(ct, ";")
 	return strings.TrimSpace(mt)
+}
+
+// available gives a Deployment the status the Deployment controller
+// writes once every replica of its template runs and is ready.
+func available(d *appsv1.Deployment, now time.Time) {
+	n := *d.Spec.Replicas
+	d.Status.ObservedGeneration = d.Generation
+	d.Status.Replicas, d.Status.UpdatedReplicas, d.Status.ReadyReplicas, d.Status.AvailableReplicas = n, n, n, n
+	d.Status.UnavailableReplicas = 0
+	t := metav1.NewTime(now)
+	d.Status.Conditions = []appsv1.DeploymentCondition{
+		{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable",
+			Message: "Deployment has minimum availability.", LastUpdateTime: t, LastTransitionTime: t},
+		{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable",
+			Message: fmt.Sprintf("ReplicaSet %q has successfully progressed.", d.Name), LastUpdateTime: t, LastTransitionTime: t},
+	}
 }
