@@ -103,6 +103,12 @@ func TestConvergeRegistersWithArgoCD(t *testing.T) {
 func checkPlugins(t *testing.T, dir string) *check.Report {
 	t.Helper()
 	_, out, errOut := cli(t, "check", "-C", dir, "-o", "json", "--github-api", "https://127.0.0.1:1/")
+	return decodeCheck(t, out, errOut)
+}
+
+// decodeCheck decodes the report of check -o json.
+func decodeCheck(t *testing.T, out, errOut string) *check.Report {
+	t.Helper()
 	var r check.Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("check -o json: %v\n%s\n%s", err, out, errOut)

@@ -102,6 +102,7 @@ func newCheck() *cobra.Command {
 		},
 	}
 	dirFlag(cmd, &dir)
+	pluginsCAFlagOn(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	cmd.Flags().StringVar(&api, "github-api", check.DefaultGitHubAPI, "GitHub REST API URL the releases are read from (default $"+envGitHubAPI+" when set)")
 	cmd.Flags().StringVar(&caFile, "ca-file", "", "extra CA bundle (PEM) to trust for the GitHub API")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,9 +53,13 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 	default:
 		return nil, &exitError{code: 1, msg: fmt.Sprintf("no provider for %q", c.Provider)}
 	}
+	plugins, err := cliPlugins(cmd, dir)
+	if err != nil {
+		return nil, err
+	}
 	local := state.Local{Dir: dir}
 	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: local, Journal: local, Key: dir, Infra: infra, Progress: cmd.OutOrStdout(),
-		Plugins: cliPlugins(dir)}, nil
+		Plugins: plugins}, nil
 }
 
 // cliPlugins are the plugins the commands run for a cluster directory;
@@ -62,13 +67,20 @@ func engineFor(cmd *cobra.Command, dir string, c *spec.Cluster, warnings []spec.
 // as the Python tool reads it. (The agent reads that file from the
 // cluster's secrets directory only: a pull request's files are anyone's
 // to write.)
-func cliPlugins(dir string) []reconcile.Plugin {
+func cliPlugins(cmd *cobra.Command, dir string) ([]reconcile.Plugin, error) {
 	// Rancher's and the chart repositories' certificates are checked
 	// against the system's roots ($SSL_CERT_FILE and $SSL_CERT_DIR replace
-	// them, as Go reads them). A latest gateway is asked of the GitHub
-	// API check reads the releases from.
-	return []reconcile.Plugin{argocd.NewOnHost(dir), rancher.New(rancher.Options{}),
-		charts.New(charts.Options{GitHubAPI: os.Getenv(envGitHubAPI)})}
+	// them, as Go reads them) and --plugins-ca-file. A latest gateway is
+	// asked of the GitHub API check reads the releases from.
+	var roots *x509.CertPool
+	if f := cmd.Flag(pluginsCAFlag); f != nil && f.Value.String() != "" {
+		var err error
+		if roots, err = caPool(f.Value.String()); err != nil {
+			return nil, &exitError{code: 1, msg: "--" + pluginsCAFlag + ": " + err.Error()}
+		}
+	}
+	return []reconcile.Plugin{argocd.NewOnHost(dir), rancher.New(rancher.Options{RootCAs: roots}),
+		charts.New(charts.Options{RootCAs: roots, GitHubAPI: os.Getenv(envGitHubAPI)})}, nil
 }
 
 func newConverge() *cobra.Command {
@@ -125,6 +137,7 @@ func newConverge() *cobra.Command {
 		},
 	}
 	dirFlag(cmd, &dir)
+	pluginsCAFlagOn(cmd)
 	cmd.Flags().BoolVar(&yes, "yes", false, "run a plan that deletes machines without asking")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show the plan and change nothing")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a converge or destroy of the cluster that is running to finish instead of failing")

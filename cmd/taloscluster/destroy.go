@@ -55,6 +55,7 @@ func newDestroy() *cobra.Command {
 		},
 	}
 	dirFlag(cmd, &dir)
+	pluginsCAFlagOn(cmd)
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for the cluster's name")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "show what would be deleted and change nothing")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for a converge or destroy of the cluster that is running to finish instead of failing")

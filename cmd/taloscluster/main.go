@@ -99,6 +99,15 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	return root
 }
 
+// pluginsCAFlag names the flag of an extra CA bundle for the plugins.
+const pluginsCAFlag = "plugins-ca-file"
+
+// pluginsCAFlagOn adds --plugins-ca-file to a command that runs the
+// plugins.
+func pluginsCAFlagOn(cmd *cobra.Command) {
+	cmd.Flags().String(pluginsCAFlag, "", "extra CA bundle (PEM) the plugins trust for Rancher and the chart repositories, besides the system's roots")
+}
+
 // dirFlag adds the -C/--dir flag every cluster command takes.
 func dirFlag(cmd *cobra.Command, dir *string) {
 	cmd.Flags().StringVarP(dir, "dir", "C", ".", "cluster directory")

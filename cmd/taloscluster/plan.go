@@ -49,7 +49,11 @@ func newPlan() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p, err := reconcile.OfflinePlan(c, warnings, infra, cliPlugins(dir)...)
+			plugins, err := cliPlugins(cmd, dir)
+			if err != nil {
+				return err
+			}
+			p, err := reconcile.OfflinePlan(c, warnings, infra, plugins...)
 			if err != nil {
 				return err
 			}
@@ -63,6 +67,7 @@ func newPlan() *cobra.Command {
 		},
 	}
 	dirFlag(cmd, &dir)
+	pluginsCAFlagOn(cmd)
 	cmd.Flags().BoolVar(&offline, "offline", false, "plan the first build from cluster.yaml alone, without asking any provider")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json or markdown")
 	return cmd

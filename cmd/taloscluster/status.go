@@ -110,6 +110,7 @@ func newStatus() *cobra.Command {
 		},
 	}
 	dirFlag(cmd, &dir)
+	pluginsCAFlagOn(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, yaml or json")
 	return cmd
 }
