@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: start the simulated datacenter, converge a three-control-plane
 # Talos cluster on its Proxmox API with the real code paths, show its
-# status, show that a second plan is empty, shrink it, upgrade its
+# status, register it with Argo CD and Rancher and install a chart at the
+# end of its converge, show that a second plan is empty, shrink it, upgrade its
 # Kubernetes, and stop the lab.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,21 @@ else
 	echo "== argocd: skipped, the lab has no Argo CD side (no real kube-apiserver named; .ci/kube-binaries.sh)"
 fi
 echo
+echo "== rancher and charts: converge also registers the cluster with the lab's Rancher and installs a chart of the lab's repository"
+cat >> "$cluster/cluster.yaml" <<YAML
+
+rancher:
+  admins: [alice@example.org]
+  users: [bob]
+charts:
+  lab-app: {repo: '$TALOSLAB_CHARTS_URL', version: 0.1.0}
+YAML
+cat >> "$cluster/secrets.yaml" <<YAML
+rancher:
+  url: '$TALOSLAB_RANCHER_URL'
+  token: '$TALOSLAB_RANCHER_TOKEN'
+YAML
+echo
 echo "== taloscluster converge --yes"
 "$bin/taloscluster" converge --yes -C "$cluster"
 echo
@@ -64,6 +80,20 @@ echo "== taloscluster status"
 echo
 echo "== taloscluster plan (after converge: nothing to do)"
 "$bin/taloscluster" plan -C "$cluster"
+echo
+echo "== taloscluster check: the plugins against cluster.yaml"
+# check exits 1 when something needs attention (an update to take): the
+# plugins' part is what is shown here.
+"$bin/taloscluster" check -C "$cluster" --github-api "$TALOSLAB_GITHUB_API" --ca-file "$TALOSLAB_CA" > "$work/check.txt" 2>&1 || true
+sed -n '/^Plugins/,/^$/p' "$work/check.txt"
+echo
+echo "== chart upgrade: charts.lab-app.version 0.1.0 -> 0.2.0"
+sed -i 's/lab-app: {repo: \(.*\), version: 0.1.0}/lab-app: {repo: \1, version: 0.2.0}/' "$cluster/cluster.yaml"
+"$bin/taloscluster" plan -C "$cluster" | grep -E 'lab-app|^Plan' || true
+if ! "$bin/taloscluster" converge --yes -C "$cluster" > "$work/chart-upgrade.log" 2>&1; then
+	cat "$work/chart-upgrade.log"; echo "the chart upgrade failed"; exit 1
+fi
+grep -E 'helm-release' "$work/chart-upgrade.log"
 echo
 echo "== scale-down: workers.worker.count 2 -> 1 (drain, reset, Node and VM removed; docs/safety.md)"
 sed -i '/^workers:/,/^[a-z]/ s/^    count: 2$/    count: 1/' "$cluster/cluster.yaml"
