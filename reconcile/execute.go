@@ -292,6 +292,11 @@ func (r *run) step(ctx context.Context, st plan.Change) error {
 		return r.runDeferred(ctx, op.plugin)
 	case pluginUnread:
 		return fmt.Errorf("the %s plugin's objects could not be read when planning: %s", op.plugin, op.reason)
+	case pluginRefused:
+		return fmt.Errorf("the %s plugin refuses: %s", op.plugin, op.reason)
+	case pluginKept:
+		r.e.say(st.Phase, "kept by the %s plugin: %s", op.plugin, op.reason)
+		return nil
 	case uncordonNode:
 		err := r.uncordon(ctx, op.hostname)
 		if err != nil && op.bestEffort {

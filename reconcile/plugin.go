@@ -91,6 +91,9 @@ type PluginEnv struct {
 	// may have no kubeconfig, or not answer, and what the plugin made
 	// elsewhere must still be found.
 	Teardown bool
+	// Machines is how many of the cluster's machines the provider still
+	// has (0 once destroy removed them, or for a cluster never built).
+	Machines int
 }
 
 // pluginFacts is what the observation holds of one configured plugin.
@@ -232,7 +235,7 @@ func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) 
 			return fmt.Errorf("planning the %s plugin's teardown: %w", name, err)
 		}
 		for _, s := range steps {
-			p.Add(wrapPluginStep(name, s))
+			p.Add(wrapPluginStep(name, s, true))
 		}
 	}
 	return nil
@@ -244,6 +247,9 @@ func (e *Engine) planTeardown(ctx context.Context, p *plan.Plan, inv Inventory) 
 func (e *Engine) pluginEnv(kubeconfig, public []byte, inv Inventory) PluginEnv {
 	env := PluginEnv{Cluster: e.Cluster, Kubeconfig: kubeconfig, Public: public, Project: projectOf(e.Infra)}
 	env.IngressVIP, env.IngressPublic = ingressOf(e.Infra, inv)
+	if inv != nil {
+		env.Machines = len(inv.Machines())
+	}
 	return env
 }
 
@@ -259,6 +265,13 @@ type (
 	pluginLater struct{ plugin string }
 	// pluginUnread fails: what the plugin manages could not be read.
 	pluginUnread struct{ plugin, reason string }
+	// pluginRefused fails: the plugin refuses a change (another
+	// registration of the cluster's name, say). Only that plugin fails;
+	// the other steps of the run are made.
+	pluginRefused struct{ plugin, reason string }
+	// pluginKept says what a plugin's teardown keeps because nothing
+	// proves it is the cluster's; destroy goes on.
+	pluginKept struct{ plugin, reason string }
 )
 
 // planPlugins adds the configured plugins' steps, in their order, to the
@@ -306,7 +319,7 @@ func planPlugins(p *plan.Plan, want *Desired, obs *Observation, plugins []Plugin
 				return fmt.Errorf("planning the %s plugin: %w", name, err)
 			}
 			for _, st := range steps {
-				p.Add(wrapPluginStep(name, st))
+				p.Add(wrapPluginStep(name, st, false))
 			}
 			stepping[name] = len(steps) > 0
 		}
@@ -315,9 +328,25 @@ func planPlugins(p *plan.Plan, want *Desired, obs *Observation, plugins []Plugin
 }
 
 // wrapPluginStep puts a plugin's step in the plugins phase, its Op the
-// plugin's to make.
-func wrapPluginStep(name string, st plan.Change) plan.Change {
+// plugin's to make. A plugin's refusal refuses that plugin alone: when
+// converging it is a step that fails (the plugin's other steps are not
+// made, the rest of the run is, and the run fails naming it); in a
+// teardown it is what the plugin keeps, said as the step runs.
+func wrapPluginStep(name string, st plan.Change, teardown bool) plan.Change {
 	if st.Action == plan.ActionRefuse {
+		reason := st.Reason
+		st.Action = plan.ActionWait
+		if teardown {
+			st.Reason = "kept: " + reason
+			st.Op = pluginKept{plugin: name, reason: reason}
+		} else {
+			st.Reason = "refused: " + reason + "; converge makes the other steps and then fails for this plugin"
+			st.Op = pluginRefused{plugin: name, reason: reason}
+		}
+		st.Phase = plan.PhasePlugins
+		if st.Domain == "" {
+			st.Domain = plan.DomainKube
+		}
 		return st
 	}
 	st.Phase = plan.PhasePlugins
@@ -336,6 +365,10 @@ func pluginOf(st plan.Change) string {
 	case pluginLater:
 		return op.plugin
 	case pluginUnread:
+		return op.plugin
+	case pluginRefused:
+		return op.plugin
+	case pluginKept:
 		return op.plugin
 	}
 	return ""
@@ -540,11 +573,23 @@ func (e *Engine) PluginChecks(ctx context.Context, obs *Observation) []PluginChe
 		}
 	}
 	out := make([]PluginCheck, 0, len(ordered))
+	// stepping holds the plugins a converge would make steps of (or
+	// defer): a plugin after one of them is planned once they are made,
+	// as planPlugins does.
+	stepping := map[string]bool{}
 	for _, pl := range ordered {
 		name := pl.Name()
 		f, ok := obs.Plugins[name]
 		pc := PluginCheck{Name: name}
+		waitsFor := ""
+		for _, dep := range pl.After() {
+			if stepping[dep] {
+				waitsFor = dep
+			}
+		}
 		switch {
+		case ok && !obs.Offline && f.Deferred == "" && f.Unread == "" && waitsFor != "":
+			pc.State, pc.Reason = PluginDeferred, "it uses what the "+waitsFor+" plugin's steps make, so it is planned once they are made"
 		case obs.Offline:
 			pc.State, pc.Reason = PluginUnknown, "offline: the plugin's objects were not read"
 		case !ok:
@@ -569,6 +614,7 @@ func (e *Engine) PluginChecks(ctx context.Context, obs *Observation) []PluginChe
 				pc.Steps = append(pc.Steps, line)
 			}
 		}
+		stepping[name] = pc.State == PluginDrift || pc.State == PluginDeferred
 		out = append(out, pc)
 	}
 	return out

@@ -307,3 +307,76 @@ func TestAPluginThatCannotRunStopsConvergeBeforeAnyChange(t *testing.T) {
 		t.Errorf("converge made %d changes before refusing the plugin", n)
 	}
 }
+
+// vetoPlugin refuses whatever it would do: a registration of the
+// cluster's name that is not provably the cluster's, say.
+type vetoPlugin struct{ nsPlugin }
+
+func (p *vetoPlugin) Plan(*spec.Cluster, reconcile.PluginState) ([]plan.Change, error) {
+	return []plan.Change{{Action: plan.ActionRefuse, Resource: plan.Resource{Kind: "registration", Name: "delta"},
+		Reason: "a registration of that name is another cluster's"}}, nil
+}
+
+func (p *vetoPlugin) PlanTeardown(*spec.Cluster, reconcile.PluginState) ([]plan.Change, error) {
+	return []plan.Change{{Action: plan.ActionRefuse, Resource: plan.Resource{Kind: "registration", Name: "delta"},
+		Reason: "nothing proves the registration of that name is this cluster's"}}, nil
+}
+
+// TestAPluginRefusalRefusesThatPluginAlone: a plugin's refusal does not
+// veto the cluster's own steps: converge builds the cluster and runs the
+// other plugins, then fails naming the refusing plugin; in a teardown the
+// refusal is what the plugin keeps, said, and destroy goes on.
+func TestAPluginRefusalRefusesThatPluginAlone(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, "vetoed", 0)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var order []string
+	other := &nsPlugin{name: "alpha", order: &order}
+	veto := &vetoPlugin{nsPlugin{name: "delta", order: &order}}
+	engine := func() *reconcile.Engine {
+		e := w.engine(t)
+		e.Plugins = []reconcile.Plugin{other, veto}
+		return e
+	}
+	// The first build: both plugins deferred; delta refuses once read,
+	// alpha is made all the same.
+	err := engine().Converge(ctx)
+	if !errors.Is(err, reconcile.ErrPluginFailed) || !strings.Contains(err.Error(), "delta") || !slices.Contains(order, "alpha") {
+		t.Fatalf("first build with a refusing plugin returned %v (applied %v), want a plugin failure naming delta, alpha made", err, order)
+	}
+	// Once built, a plan shows the refusal as the plugin's failing step,
+	// not as the whole plan's refusal.
+	p, err := engine().Plan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Refusals) != 0 {
+		t.Fatalf("a plugin's refusal refused the whole plan: %v", p.Refusals)
+	}
+	steps := pluginSteps(p)
+	if len(steps) != 1 || !strings.HasPrefix(steps[0].Reason, "refused: a registration of that name is another cluster's") {
+		t.Fatalf("the plan's plugin steps: %+v", steps)
+	}
+	// The cluster's own change runs; the run fails naming the plugin.
+	w.set(t, "workers.worker.count", "1")
+	err = engine().Converge(ctx)
+	if !errors.Is(err, reconcile.ErrPluginFailed) || !strings.Contains(err.Error(), "delta") {
+		t.Fatalf("converge with a refusing plugin returned %v, want a plugin failure naming delta", err)
+	}
+	if n := len(w.lab.PVE.VMs()); n != 4 {
+		t.Fatalf("%d VMs after the refused plugin's converge, want the worker made too (4)", n)
+	}
+	var out strings.Builder
+	e := engine()
+	e.Progress = &out
+	if err := e.Destroy(ctx); err != nil {
+		t.Fatalf("destroy with a plugin keeping what is not provably the cluster's: %v", err)
+	}
+	if !strings.Contains(out.String(), "kept by the delta plugin: nothing proves") {
+		t.Errorf("destroy did not say what the plugin keeps:\n%s", out.String())
+	}
+	if n := len(w.lab.PVE.VMs()); n != 0 {
+		t.Errorf("%d VMs after destroy", n)
+	}
+}
