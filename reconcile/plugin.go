@@ -91,6 +91,9 @@ type PluginEnv struct {
 	// may have no kubeconfig, or not answer, and what the plugin made
 	// elsewhere must still be found.
 	Teardown bool
+	// Machines is how many of the cluster's machines the provider still
+	// has (0 once destroy removed them, or for a cluster never built).
+	Machines int
 }
 
 // pluginFacts is what the observation holds of one configured plugin.
