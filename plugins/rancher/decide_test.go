@@ -213,6 +213,15 @@ func TestPlanTeardown(t *testing.T) {
 		{"an orphaned agent: only the agent", state{kubeconfig: true, agentID: "c-old"},
 			[]string{"delete rancher-agent"}, "c-old"},
 		{"nothing registered", state{kubeconfig: true}, nil, ""},
+		{"agent unreadable, machines gone: kept", state{cluster: ours, kubeconfig: true, agentUnknown: "connection refused"},
+			[]string{"refuse rancher-cluster"}, "Rancher cluster 'example' (c-abc12) is kept: the cluster's Rancher agent could not be read (connection refused) and the cluster has no machines left"},
+		{"agent unreadable, machines left: fails", state{cluster: ours, kubeconfig: true, agentUnknown: "connection refused", machines: 3},
+			[]string{"wait rancher-cluster"}, "could not be read (connection refused)"},
+		{"agent unreadable, nothing registered, machines gone", state{kubeconfig: true, agentUnknown: "connection refused"}, nil, ""},
+		{"agent unreadable, nothing registered, machines left: fails", state{kubeconfig: true, agentUnknown: "connection refused", machines: 1},
+			[]string{"wait rancher-agent"}, "could not be read (connection refused)"},
+		{"never built, whatever the machine count: kept", state{cluster: ours, machines: 2},
+			[]string{"refuse rancher-cluster"}, "never built"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.st

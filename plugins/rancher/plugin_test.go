@@ -3,6 +3,7 @@ package rancher_test
 import (
 	"crypto/x509"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -424,5 +425,63 @@ func TestPreflight(t *testing.T) {
 		if (want == "" && err != nil) || (want != "" && (err == nil || !strings.Contains(err.Error(), want))) {
 			t.Errorf("rancher.url %s: %v, want %q", url, err, want)
 		}
+	}
+}
+
+// deadKubeconfig is a kubeconfig naming an API server that is not there,
+// as a cluster's is once its machines are gone.
+func deadKubeconfig(t *testing.T) []byte {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: https://` + addr + `
+    insecure-skip-tls-verify: true
+users:
+- name: admin
+  user:
+    token: not-a-secret
+contexts:
+- name: c
+  context: {cluster: c, user: admin}
+current-context: c
+`)
+}
+
+// TestTeardownUnreadableAgent: a cluster whose API does not answer reads
+// no agent id. With its machines gone the Rancher cluster of the name is
+// kept and the plan says so; with machines left the teardown's step
+// fails, so destroy can be run again. Nothing is deleted either way.
+func TestTeardownUnreadableAgent(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, labrancher.Options{})
+	c := load(t, w.srv.URL, "  admins: []\n")
+	cl := w.lab.AddCluster(c.Name, "active")
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: deadKubeconfig(t), Teardown: true}
+
+	gone := steps(t, w.plug, env)
+	if len(gone) != 1 || gone[0].Action != plan.ActionRefuse || !strings.Contains(gone[0].Reason, "("+cl.ID+") is kept") ||
+		!strings.Contains(gone[0].Reason, "no machines left") {
+		t.Fatalf("teardown with the machines gone: %v", gone)
+	}
+
+	env.Machines = 3
+	down := steps(t, w.plug, env)
+	if got := names(down); !slices.Equal(got, []string{"wait rancher-cluster " + c.Name}) {
+		t.Fatalf("teardown with the API down: %v", got)
+	}
+	if _, err := w.plug.Apply(t.Context(), env, down[0]); err == nil || !strings.Contains(err.Error(), "could not be read") {
+		t.Errorf("the step of a teardown with the API down: %v", err)
+	}
+	if m := mutations(w.lab.Requests()); len(m) != 0 || len(w.lab.Clusters()) != 1 {
+		t.Errorf("a teardown that could not read the agent changed Rancher: %v", m)
 	}
 }
