@@ -270,7 +270,7 @@ func (s *Server) listBindings(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	var items []map[string]any
 	for _, b := range s.bindings {
-		if match(q, "clusterId", b.ClusterID) && match(q, "roleTemplateId", b.RoleTemplateID) {
+		if s.opts.UnfilteredBindings || match(q, "clusterId", b.ClusterID) && match(q, "roleTemplateId", b.RoleTemplateID) {
 			items = append(items, bindingJSON(b))
 		}
 	}

@@ -30,6 +30,10 @@ type Options struct {
 	// registration commands name. Empty: the origin of the request that
 	// reads them.
 	ServerURL string
+	// UnfilteredBindings answers the binding list whole, every cluster's,
+	// whatever the query filters on: as a Rancher or proxy that drops the
+	// query would.
+	UnfilteredBindings bool
 }
 
 // Cluster is a cluster as the emulator keeps it.
@@ -74,6 +78,8 @@ type Fault struct {
 
 // Request is one request the emulator answered, for tests.
 type Request struct {
+	// Host is the host (and port) the request named.
+	Host                string
 	Method, Path, Query string
 	// Bearer is set when the request carried an Authorization header;
 	// Authorized when it held the emulator's token.
@@ -224,7 +230,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	auth := r.Header.Get("Authorization")
 	authorized := s.opts.Token != "" && auth == "Bearer "+s.opts.Token
 	s.mu.Lock()
-	s.log = append(s.log, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
+	s.log = append(s.log, Request{Host: r.Host, Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery,
 		Bearer: auth != "", Authorized: authorized, Body: string(body)})
 	f := s.fault(r.Method + " " + r.URL.Path)
 	s.mu.Unlock()

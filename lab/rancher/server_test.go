@@ -217,3 +217,22 @@ func TestFaults(t *testing.T) {
 		t.Errorf("redirect fault: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
+
+// UnfilteredBindings answers every cluster's bindings, whatever the
+// query filters on; the request log names the host each request named.
+func TestUnfilteredBindings(t *testing.T) {
+	l := start(t, rancher.Options{UnfilteredBindings: true})
+	a := l.r.AddCluster("a", "active")
+	b := l.r.AddCluster("b", "active")
+	_, list := l.call("GET", "/v3/clusterroletemplatebindings?clusterId="+a.ID, nil, true)
+	seen := map[any]bool{}
+	for _, row := range data(list) {
+		seen[row["clusterId"]] = true
+	}
+	if len(data(list)) != 2 || !seen[a.ID] || !seen[b.ID] {
+		t.Errorf("unfiltered bindings: %v", list)
+	}
+	if reqs := l.r.Requests(); len(reqs) != 1 || reqs[0].Host != strings.TrimPrefix(l.srv.URL, "https://") {
+		t.Errorf("request log %+v", reqs)
+	}
+}

@@ -2,6 +2,7 @@ package rancher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"path"
@@ -34,6 +35,7 @@ func (c rcluster) namespaceReady() bool {
 // binding is a cluster role template binding: a member of a cluster.
 type binding struct {
 	ID               string `json:"id"`
+	ClusterID        string `json:"clusterId"`
 	UserPrincipalID  string `json:"userPrincipalId"`
 	GroupPrincipalID string `json:"groupPrincipalId"`
 	RoleTemplateID   string `json:"roleTemplateId"`
@@ -166,9 +168,12 @@ func manifestURL(command string) string {
 }
 
 // importManifest returns the import manifest of the cluster: its
-// registration token's command names where Rancher serves it, which must
-// be the configured Rancher's origin. The URL holds the registration
-// token: it is never shown.
+// registration token's command names where Rancher serves it. At
+// Rancher's own origin it is fetched as the API is; at another (Rancher's
+// server-url naming another name than rancher.url) it is fetched without
+// the token, which it does not need: the registration token in its path
+// is the credential. The URL holds that registration token: it is never
+// shown.
 func (c *v3) importManifest(ctx context.Context, id string) ([]byte, error) {
 	tok, err := c.registrationToken(ctx, id)
 	if err != nil {
@@ -181,24 +186,66 @@ func (c *v3) importManifest(ctx context.Context, id string) ([]byte, error) {
 	if raw == "" {
 		return nil, fmt.Errorf("the registration token of cluster %s names no import manifest URL", id)
 	}
-	u, err := url.Parse(raw)
+	u, same, err := manifestTarget(raw, c.base)
 	if err != nil {
-		return nil, fmt.Errorf("the registration token of cluster %s names an import manifest URL that does not parse", id)
+		return nil, fmt.Errorf("the registration token of cluster %s names %w", id, err)
 	}
-	if !origin(u, c.base) {
-		return nil, fmt.Errorf("the import manifest of cluster %s is served at %s://%s, not by the Rancher at %s; refusing to fetch it with the token",
-			id, u.Scheme, u.Host, c.base.Host)
+	r := request{method: "GET", name: manifestName(u, same), target: u, limit: maxManifest, secrets: manifestSecrets(u)}
+	hc := c.http
+	if same {
+		r.bearer = true
+	} else {
+		hc = c.elsewhere()
 	}
-	// The path holds the registration token: errors name a placeholder.
-	data, err := c.send(ctx, "GET", u.EscapedPath(), nil, nil, maxManifest)
+	data, err := c.do(ctx, hc, r)
 	if err != nil {
-		text := strings.ReplaceAll(err.Error(), u.EscapedPath(), "/v3/import/<token>.yaml")
-		if file := path.Base(u.Path); len(file) > len(".yaml") {
-			text = strings.ReplaceAll(text, strings.TrimSuffix(file, ".yaml"), "<token>")
-		}
-		return nil, fmt.Errorf("fetching the import manifest of cluster %s failed: %s", id, text)
+		return nil, fmt.Errorf("fetching the import manifest of cluster %s failed: %w", id, err)
 	}
 	return data, nil
+}
+
+// manifestTarget parses the import manifest's URL and says whether it is
+// at base's origin. Only an https URL is fetched. Errors never quote the
+// URL: it holds the registration token.
+func manifestTarget(raw string, base *url.URL) (*url.URL, bool, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, false, errors.New("an import manifest URL that does not parse")
+	}
+	if !strings.EqualFold(u.Scheme, "https") {
+		return nil, false, fmt.Errorf("an import manifest URL that is not https (%q); refusing to fetch it", u.Scheme)
+	}
+	if u.Host == "" || u.User != nil {
+		return nil, false, errors.New("an import manifest URL without a host, or with a user; refusing to fetch it")
+	}
+	u.Fragment = ""
+	return u, origin(u, base), nil
+}
+
+// manifestName is how errors name the manifest's URL: its path with the
+// file that holds the registration token replaced, and its origin when
+// it is not Rancher's.
+func manifestName(u *url.URL, same bool) string {
+	name := strings.TrimSuffix(path.Dir(u.Path), "/") + "/<token>.yaml"
+	if same {
+		return name
+	}
+	return "https://" + u.Host + name
+}
+
+// manifestSecrets are the parts of the manifest's URL errors must not
+// show: its file's name (<token>_<cluster id>) and the registration
+// token in it.
+func manifestSecrets(u *url.URL) []string {
+	stem := strings.TrimSuffix(path.Base(u.Path), ".yaml")
+	out := []string{stem}
+	if i := strings.LastIndex(stem, "_"); i > 0 {
+		out = append(out, stem[:i])
+	}
+	if esc := strings.TrimSuffix(path.Base(u.EscapedPath()), ".yaml"); esc != stem {
+		out = append(out, esc)
+	}
+	return out
 }
 
 // principalStem is the user name a principal id carries: after the last
@@ -250,12 +297,27 @@ func (c *v3) resolvePrincipal(ctx context.Context, member string) (string, bool,
 	return p.ID, ok, nil
 }
 
+// listBindings returns the cluster's bindings. Rancher filters the list
+// by clusterId; it is filtered here again, so that a Rancher or proxy
+// that drops the filter never shows another cluster's bindings as stale.
 func (c *v3) listBindings(ctx context.Context, clusterID string) ([]binding, error) {
 	var list collection[binding]
 	if err := c.call(ctx, "GET", "/v3/clusterroletemplatebindings", url.Values{"clusterId": {clusterID}}, nil, &list); err != nil {
 		return nil, err
 	}
-	return list.Data, nil
+	return bindingsOf(clusterID, list.Data), nil
+}
+
+// bindingsOf returns the bindings whose clusterId is exactly clusterID;
+// one without a clusterId is left out too.
+func bindingsOf(clusterID string, list []binding) []binding {
+	var out []binding
+	for _, b := range list {
+		if b.ClusterID == clusterID {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 func (c *v3) addMember(ctx context.Context, clusterID, principalID, role string) error {

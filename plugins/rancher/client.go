@@ -25,8 +25,8 @@ const (
 	maxManifest = 2 << 20
 )
 
-// detailLimit is how much of a body that is not Rancher's error shape an
-// error quotes.
+// detailLimit is how many characters of what an error answer says an
+// error quotes, its marker included.
 const detailLimit = 300
 
 // v3 is a client of Rancher's v3 API: a bearer token on every call, TLS
@@ -78,6 +78,14 @@ func sameOrigin(base *url.URL) func(*http.Request, []*http.Request) error {
 	}
 }
 
+// elsewhere is the client of an origin other than Rancher's: the same
+// transport and trust, and no redirect followed.
+func (c *v3) elsewhere() *http.Client {
+	hc := *c.http
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &hc
+}
+
 // origin reports whether u has base's scheme, host and port.
 func origin(u, base *url.URL) bool {
 	return strings.EqualFold(u.Scheme, base.Scheme) && strings.EqualFold(u.Hostname(), base.Hostname()) && port(u) == port(base)
@@ -127,45 +135,73 @@ func (c *v3) call(ctx context.Context, method, path string, query url.Values, bo
 	return nil
 }
 
-// send makes the request and returns its body, bounded by limit.
+// send makes the request to path of Rancher's API and returns its body,
+// bounded by limit.
 func (c *v3) send(ctx context.Context, method, path string, query url.Values, body any, limit int64) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
-	defer cancel()
 	target, err := c.resolve(path, query)
 	if err != nil {
 		return nil, err
 	}
-	var rd io.Reader
+	r := request{method: method, name: path, target: target, limit: limit, bearer: true}
 	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
+		if r.body, err = json.Marshal(body); err != nil {
 			return nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
-		rd = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target.String(), rd)
+	return c.do(ctx, c.http, r)
+}
+
+// request is one request: name is how errors call it (a path without
+// secrets); bearer sends the token along; secrets are what errors must
+// not show besides the token.
+type request struct {
+	method, name string
+	target       *url.URL
+	body         []byte
+	limit        int64
+	bearer       bool
+	secrets      []string
+}
+
+// do makes the request with hc and returns its body, bounded by r.limit.
+// An error status is an apiError; a redirect hc did not follow is an
+// error too.
+func (c *v3) do(ctx context.Context, hc *http.Client, r request) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	secrets := append([]string{c.token}, r.secrets...)
+	var rd io.Reader
+	if r.body != nil {
+		rd = bytes.NewReader(r.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.method, r.target.String(), rd)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %s", r.method, r.name, redact(err.Error(), secrets))
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if r.bearer {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
+	if r.body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s failed: %s", method, path, c.redact(transportError(ctx, err)))
+		return nil, fmt.Errorf("%s %s failed: %s", r.method, r.name, redact(transportError(ctx, err), secrets))
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, r.limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s %s failed reading its answer: %s", method, path, c.redact(transportError(ctx, err)))
+		return nil, fmt.Errorf("%s %s failed reading its answer: %s", r.method, r.name, redact(transportError(ctx, err), secrets))
 	}
-	if int64(len(raw)) > limit {
-		return nil, fmt.Errorf("%s %s answered more than %d bytes; refusing to read it", method, path, limit)
+	if int64(len(raw)) > r.limit {
+		return nil, fmt.Errorf("%s %s answered more than %d bytes; refusing to read it", r.method, r.name, r.limit)
 	}
 	if resp.StatusCode >= 400 {
-		return nil, &apiError{method: method, path: path, status: resp.StatusCode, detail: c.redact(errorDetail(raw))}
+		return nil, &apiError{method: r.method, path: r.name, status: resp.StatusCode, detail: detail(raw, secrets)}
+	}
+	if resp.StatusCode >= 300 {
+		return nil, fmt.Errorf("%s %s answered %d, a redirect; it is not followed", r.method, r.name, resp.StatusCode)
 	}
 	return raw, nil
 }
@@ -199,18 +235,37 @@ func transportError(ctx context.Context, err error) string {
 	return err.Error()
 }
 
-// redact keeps the token out of text a server sent back.
-func (c *v3) redact(s string) string {
-	if c.token == "" {
-		return s
+// redact keeps the secrets (the token, a registration token) out of text
+// a server sent back.
+func redact(s string, secrets []string) string {
+	for _, secret := range secrets {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "<redacted>")
+		}
 	}
-	return strings.ReplaceAll(s, c.token, "<redacted>")
+	return s
+}
+
+// detail is what an error answer says, its secrets redacted, then cut
+// to detailLimit characters: redacted first, so that no part of a secret
+// is left where the cut falls.
+func detail(raw []byte, secrets []string) string {
+	return capDetail(redact(errorDetail(raw), secrets))
+}
+
+// capDetail cuts text to detailLimit characters, the last one "…" when
+// it was cut.
+func capDetail(text string) string {
+	if r := []rune(text); len(r) > detailLimit {
+		return string(r[:detailLimit-1]) + "…"
+	}
+	return text
 }
 
 // errorDetail is what an error answer says, by the Python tool's rules:
-// the body's string message whole; a list message, or else the messages
-// of errors[], joined with "; " (empty ones left out); otherwise the body
-// text itself, cut to its first 300 characters.
+// the body's string message; a list message, or else the messages of
+// errors[], joined with "; " (empty ones left out); otherwise the body
+// text itself. It is not cut: detail cuts it.
 func errorDetail(raw []byte) string {
 	var body map[string]any
 	if err := json.Unmarshal(raw, &body); err == nil {
@@ -234,11 +289,7 @@ func errorDetail(raw []byte) string {
 			}
 		}
 	}
-	text := string(raw)
-	if r := []rune(text); len(r) > detailLimit {
-		text = string(r[:detailLimit])
-	}
-	return text
+	return string(raw)
 }
 
 // joinStrings joins the non-empty strings of list with "; ".

@@ -1,6 +1,7 @@
 package rancher
 
 import (
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -51,21 +52,92 @@ func TestPrincipalStem(t *testing.T) {
 	}
 }
 
-// The Python tool's _error_detail tests.
+// The Python tool's _error_detail tests, every detail cut to 300
+// characters.
 func TestErrorDetail(t *testing.T) {
 	long := strings.Repeat("x", 400)
+	cut := long[:299] + "…"
 	for _, tc := range []struct{ name, body, want string }{
 		{"a string message kept whole", `{"message":"cluster name not unique: a long explanation"}`, "cluster name not unique: a long explanation"},
+		{"a long string message is cut", `{"message":"` + long + `"}`, cut},
+		{"a long list message is cut", `{"message":["` + long[:200] + `","` + long[:200] + `"]}`, (long[:200] + "; " + long[:200])[:299] + "…"},
+		{"long errors are cut", `{"errors":[{"message":"` + long + `"}]}`, cut},
+		{"a message of exactly 300 characters is whole", `{"message":"` + long[:300] + `"}`, long[:300]},
+		{"characters, not bytes", `{"message":"` + strings.Repeat("é", 400) + `"}`, strings.Repeat("é", 299) + "…"},
 		{"a list message joined", `{"message":["a","","b"]}`, "a; b"},
 		{"errors dicts joined", `{"errors":[{"message":"x"},{"message":""},{"message":"y"}]}`, "x; y"},
 		{"an empty object is its text", `{}`, "{}"},
 		{"a non-JSON body is its text", "Bad Gateway", "Bad Gateway"},
-		{"a long body is cut to 300 characters", long, long[:300]},
+		{"a long body is cut to 300 characters", long, cut},
 		{"Rancher's error shape", `{"type":"error","status":"404","code":"NotFound","message":"clusters \"c-1\" not found"}`, `clusters "c-1" not found`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := errorDetail([]byte(tc.body)); got != tc.want {
-				t.Errorf("errorDetail(%q) = %q, want %q", tc.body, got, tc.want)
+			if got := detail([]byte(tc.body), nil); got != tc.want {
+				t.Errorf("detail(%q) = %q, want %q", tc.body, got, tc.want)
+			}
+		})
+	}
+	// A secret where the cut falls is redacted whole before the cut.
+	secret := "s3cr3t-registration-token"
+	body := `{"message":"` + long[:285] + secret + `"}`
+	if got := detail([]byte(body), []string{"", secret}); strings.Contains(got, "s3cr3t") || got != long[:285]+"<redacted>" {
+		t.Errorf("a secret at the cut: %q", got)
+	}
+}
+
+// Another cluster's rows in a binding list that was not filtered are
+// dropped, and so are rows naming no cluster.
+func TestBindingsOf(t *testing.T) {
+	list := []binding{{ID: "c-1:a", ClusterID: "c-1"}, {ID: "c-2:b", ClusterID: "c-2"}, {ID: "x"}, {ID: "c-1:c", ClusterID: "c-1"}, {ID: "c-10:d", ClusterID: "c-10"}}
+	var got []string
+	for _, b := range bindingsOf("c-1", list) {
+		got = append(got, b.ID)
+	}
+	if want := []string{"c-1:a", "c-1:c"}; !slices.Equal(got, want) {
+		t.Errorf("bindingsOf = %v, want %v", got, want)
+	}
+}
+
+// Where the import manifest is fetched: Rancher's origin (under its
+// path prefix too) or another https origin; never plain http, another
+// scheme, or a URL with a user. Errors and names never show the
+// registration token.
+func TestManifestTarget(t *testing.T) {
+	base, _ := url.Parse("https://rancher.example.org/rancher")
+	const file = "tok3n5ecret0123456789_c-abc12.yaml"
+	for _, tc := range []struct {
+		name, raw string
+		same      bool
+		refused   string
+		shown     string
+	}{
+		{"same origin", "https://rancher.example.org/v3/import/" + file, true, "", "/v3/import/<token>.yaml"},
+		{"same origin under a prefix, kept as is", "https://rancher.example.org/rancher/v3/import/" + file, true, "", "/rancher/v3/import/<token>.yaml"},
+		{"the default port is the same origin", "https://RANCHER.example.org:443/v3/import/" + file, true, "", "/v3/import/<token>.yaml"},
+		{"another name", "https://rancher.internal/v3/import/" + file, false, "", "https://rancher.internal/v3/import/<token>.yaml"},
+		{"another port", "https://rancher.example.org:8443/v3/import/" + file, false, "", "https://rancher.example.org:8443/v3/import/<token>.yaml"},
+		{"plain http", "http://rancher.example.org/v3/import/" + file, false, "not https", ""},
+		{"another scheme", "ftp://rancher.internal/v3/import/" + file, false, "not https", ""},
+		{"a user", "https://u:p@rancher.internal/v3/import/" + file, false, "with a user", ""},
+		{"no host", "https:///v3/import/" + file, false, "without a host", ""},
+		{"does not parse", "https://rancher.internal/%zz/" + file, false, "does not parse", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, same, err := manifestTarget(tc.raw, base)
+			if tc.refused != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.refused) || strings.Contains(err.Error(), "tok3n") {
+					t.Fatalf("manifestTarget(%s) = %v, want a refusal saying %q", tc.raw, err, tc.refused)
+				}
+				return
+			}
+			if err != nil || same != tc.same || u.String() != tc.raw {
+				t.Fatalf("manifestTarget(%s) = %v, %v, %v", tc.raw, u, same, err)
+			}
+			if got := manifestName(u, same); got != tc.shown {
+				t.Errorf("manifestName = %q, want %q", got, tc.shown)
+			}
+			if secrets := manifestSecrets(u); !slices.Contains(secrets, "tok3n5ecret0123456789") || !slices.Contains(secrets, "tok3n5ecret0123456789_c-abc12") {
+				t.Errorf("manifestSecrets = %v", secrets)
 			}
 		})
 	}
@@ -213,6 +285,15 @@ func TestPlanTeardown(t *testing.T) {
 		{"an orphaned agent: only the agent", state{kubeconfig: true, agentID: "c-old"},
 			[]string{"delete rancher-agent"}, "c-old"},
 		{"nothing registered", state{kubeconfig: true}, nil, ""},
+		{"agent unreadable, machines gone: kept", state{cluster: ours, kubeconfig: true, agentUnknown: "connection refused"},
+			[]string{"refuse rancher-cluster"}, "Rancher cluster 'example' (c-abc12) is kept: the cluster's Rancher agent could not be read (connection refused) and the cluster has no machines left"},
+		{"agent unreadable, machines left: fails", state{cluster: ours, kubeconfig: true, agentUnknown: "connection refused", machines: 3},
+			[]string{"wait rancher-cluster"}, "could not be read (connection refused)"},
+		{"agent unreadable, nothing registered, machines gone", state{kubeconfig: true, agentUnknown: "connection refused"}, nil, ""},
+		{"agent unreadable, nothing registered, machines left: fails", state{kubeconfig: true, agentUnknown: "connection refused", machines: 1},
+			[]string{"wait rancher-agent"}, "could not be read (connection refused)"},
+		{"never built, whatever the machine count: kept", state{cluster: ours, machines: 2},
+			[]string{"refuse rancher-cluster"}, "never built"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.st

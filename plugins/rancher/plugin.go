@@ -104,6 +104,11 @@ type state struct {
 	// agentID is the id the cluster's Rancher agent is registered as, ""
 	// without an agent.
 	agentID string
+	// agentUnknown says why the agent's id could not be read, for a
+	// teardown (the cluster's API is down, or its machines are gone);
+	// machines is how many of its machines the provider still has.
+	agentUnknown string
+	machines     int
 	// members are the configured members, each resolved to a principal;
 	// bindings are the cluster's member bindings (none without a
 	// cluster). Neither is read for a teardown.
@@ -115,24 +120,26 @@ type state struct {
 // cluster's Rancher agent is registered as, and, unless tearing down, the
 // cluster's member bindings and every configured member's principal. A
 // member that does not resolve, or resolves to the same principal as a
-// member of the other tier, is an error: nothing is planned.
+// member of the other tier, is an error: nothing is planned. For a
+// teardown, an agent id that cannot be read is kept in the state, not an
+// error: PlanTeardown decides what it means.
 func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcile.PluginState, error) {
 	c := env.Cluster
 	api, err := p.client(c)
 	if err != nil {
 		return nil, err
 	}
-	st := &state{name: c.Name}
+	st := &state{name: c.Name, machines: env.Machines}
 	if st.cluster, err = api.findCluster(ctx, c.Name); err != nil {
 		return nil, fmt.Errorf("finding the Rancher cluster: %w", err)
 	}
 	if env.Kubeconfig != nil {
 		st.kubeconfig = true
-		d, err := newDownstream(env.Kubeconfig)
-		if err != nil {
-			return nil, err
-		}
-		if st.agentID, err = d.rancherID(ctx); err != nil {
+		st.agentID, err = agentIDOf(ctx, env.Kubeconfig)
+		switch {
+		case err != nil && env.Teardown:
+			st.agentUnknown = err.Error()
+		case err != nil:
 			return nil, err
 		}
 	}
@@ -148,6 +155,16 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 		}
 	}
 	return st, nil
+}
+
+// agentIDOf reads the id the Rancher agent of the cluster the kubeconfig
+// names is registered as.
+func agentIDOf(ctx context.Context, kubeconfig []byte) (string, error) {
+	d, err := newDownstream(kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	return d.rancherID(ctx)
 }
 
 // resolveMembers resolves every member to its principal (a search, which
@@ -248,9 +265,11 @@ func memberStep(mc memberChange) plan.Change {
 // the cluster's Rancher agent is registered as, then removes the agent
 // (the cattle-system namespace). A registration of the cluster's name
 // that cannot be shown to be this cluster's is never deleted: with the
-// cluster at hand (no agent, or another id) the teardown fails saying
-// why; without a kubeconfig (never built) it is kept and the plan says
-// so. An agent whose registration is gone is removed alone.
+// cluster at hand (no agent, another id, or an agent that cannot be read
+// while machines remain) the teardown fails saying why, so destroy can be
+// run again; with nothing of the cluster left to show it (never built, or
+// its machines gone) it is kept and the plan says so. An agent whose
+// registration is gone is removed alone.
 func (*Plugin) PlanTeardown(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Change, error) {
 	st, ok := s.(*state)
 	if !ok {
@@ -265,11 +284,16 @@ func (*Plugin) PlanTeardown(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Ch
 		agent.Reason = "destroy: the cluster's Rancher agent is registered as " + st.agentID + ", but Rancher has no cluster named " +
 			st.name + "; only the agent (namespace " + AgentNamespace + ") is removed"
 		return []plan.Change{agent}, nil
+	case cl == nil && st.agentUnknown != "" && st.machines > 0:
+		return []plan.Change{failing(agent.Resource, "the cluster's Rancher agent could not be read ("+st.agentUnknown+"); run destroy again once the cluster's API answers")}, nil
 	case cl == nil:
 		return nil, nil
 	case !st.kubeconfig:
-		return []plan.Change{{Phase: plan.PhasePlugins, Action: plan.ActionRefuse, Resource: res,
-			Reason: fmt.Sprintf("Rancher cluster '%s' (%s) is kept: the cluster has no kubeconfig (it was never built), so nothing shows that registration is this cluster's; remove it in Rancher if it is", st.name, cl.ID)}}, nil
+		return []plan.Change{kept(res, fmt.Sprintf("Rancher cluster '%s' (%s) is kept: the cluster has no kubeconfig (it was never built), so nothing shows that registration is this cluster's; remove it in Rancher if it is", st.name, cl.ID))}, nil
+	case st.agentUnknown != "" && st.machines == 0:
+		return []plan.Change{kept(res, fmt.Sprintf("Rancher cluster '%s' (%s) is kept: the cluster's Rancher agent could not be read (%s) and the cluster has no machines left, so nothing shows that registration is this cluster's; remove it in Rancher if it is", st.name, cl.ID, st.agentUnknown))}, nil
+	case st.agentUnknown != "":
+		return []plan.Change{failing(res, fmt.Sprintf("the cluster's Rancher agent could not be read (%s), so nothing shows Rancher cluster '%s' (%s) is this cluster's; run destroy again once the cluster's API answers", st.agentUnknown, st.name, cl.ID))}, nil
 	case st.agentID == "":
 		return []plan.Change{failing(res, fmt.Sprintf("Rancher cluster '%s' (%s) has no cattle-cluster-agent on the downstream cluster, so it is not this cluster; refuse to delete it", st.name, cl.ID))}, nil
 	case st.agentID != cl.ID:
@@ -279,6 +303,12 @@ func (*Plugin) PlanTeardown(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Ch
 		Reason:  "destroy: the cluster's registration in Rancher (" + st.cluster.ID + ", the id its agent is registered as)",
 		Expects: "the Rancher cluster of that name is the one the cluster's agent is registered as",
 		Op:      deleteCluster{name: st.name, id: st.cluster.ID}}, agent}, nil
+}
+
+// kept is a teardown step that refuses to delete what it found: destroy
+// goes on and says why it is kept.
+func kept(res plan.Resource, reason string) plan.Change {
+	return plan.Change{Phase: plan.PhasePlugins, Action: plan.ActionRefuse, Resource: res, Reason: reason}
 }
 
 // failing is a teardown step that fails with reason when it runs.

@@ -3,6 +3,7 @@ package rancher_test
 import (
 	"crypto/x509"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -37,6 +39,13 @@ type world struct {
 
 func newWorld(t *testing.T, opts labrancher.Options) *world {
 	t.Helper()
+	return newWorldAt(t, opts, "")
+}
+
+// newWorldAt serves the lab Rancher under the path prefix ("" for none);
+// its server-url is then that origin and prefix, unless opts names one.
+func newWorldAt(t *testing.T, opts labrancher.Options, prefix string) *world {
+	t.Helper()
 	opts.Token = apiToken
 	if opts.Creator == "" {
 		opts.Creator = "local://u-admin"
@@ -44,8 +53,16 @@ func newWorld(t *testing.T, opts labrancher.Options) *world {
 	if opts.NamespaceDelay == 0 {
 		opts.NamespaceDelay = 300 * time.Millisecond
 	}
+	srv := httptest.NewUnstartedServer(nil)
+	if prefix != "" && opts.ServerURL == "" {
+		opts.ServerURL = "https://" + srv.Listener.Addr().String() + prefix
+	}
 	lab := labrancher.New(opts)
-	srv := httptest.NewTLSServer(lab)
+	srv.Config.Handler = lab
+	if prefix != "" {
+		srv.Config.Handler = http.StripPrefix(prefix, lab)
+	}
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	roots := x509.NewCertPool()
 	roots.AddCert(srv.Certificate())
@@ -292,8 +309,25 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 	}
 }
 
+// importPaths are the paths of the import manifest's requests, by the
+// host they named, and whether any carried a bearer token.
+func importPaths(reqs []labrancher.Request) (map[string][]string, bool) {
+	out := map[string][]string{}
+	bearer := false
+	for _, r := range reqs {
+		if strings.HasPrefix(r.Path, "/v3/import/") {
+			out[r.Host] = append(out[r.Host], r.Path)
+			bearer = bearer || r.Bearer
+		}
+	}
+	return out, bearer
+}
+
 // TestImportManifestElsewhere: a registration command naming another
-// origin than rancher.url is not fetched: the token would go there.
+// origin than rancher.url (Rancher's server-url is another name of it)
+// is fetched there without the token, and the agent is installed from
+// it. A redirect there is not followed, a larger answer than the bound is
+// not read, and no error shows the registration token.
 func TestImportManifestElsewhere(t *testing.T) {
 	t.Parallel()
 	cp := realkube.Start(t, realkube.Options{})
@@ -301,10 +335,27 @@ func TestImportManifestElsewhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var hits atomic.Int32
-	other := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	// The other origin is the same Rancher, unless mode makes it answer
+	// otherwise: a redirect to rancher.url, a 404 quoting the path, or
+	// more than the manifest's bound.
+	var mode atomic.Int32
+	other := httptest.NewUnstartedServer(nil)
+	otherHost := other.Listener.Addr().String()
+	w := newWorld(t, labrancher.Options{ServerURL: "https://" + otherHost})
+	other.Config.Handler = http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		switch mode.Load() {
+		case 1:
+			http.Redirect(rw, r, w.srv.URL+r.URL.Path, http.StatusFound)
+		case 2:
+			http.Error(rw, "no manifest at "+r.URL.Path, http.StatusNotFound)
+		case 3:
+			_, _ = rw.Write([]byte(strings.Repeat("#", 3<<20)))
+		default:
+			w.lab.ServeHTTP(rw, r)
+		}
+	})
+	other.StartTLS()
 	defer other.Close()
-	w := newWorld(t, labrancher.Options{ServerURL: other.URL})
 	c := load(t, w.srv.URL, "  admins: []\n")
 	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig}
 	chs := steps(t, w.plug, env)
@@ -312,16 +363,108 @@ func TestImportManifestElsewhere(t *testing.T) {
 		t.Fatalf("plan %v", got)
 	}
 	apply(t, w.plug, env, chs[:1])
-	_, err = w.plug.Apply(t.Context(), env, chs[1])
-	if err == nil || !strings.Contains(err.Error(), "refusing to fetch it") {
-		t.Errorf("a manifest at another origin: %v", err)
-	}
-	noSecret(t, "the error", err.Error())
-	if hits.Load() != 0 {
-		t.Errorf("the other origin was asked %d times", hits.Load())
+
+	for m, want := range map[int32]string{1: "answered 302, a redirect", 2: "returned 404: no manifest at /v3/import/<redacted>", 3: "answered more than"} {
+		mode.Store(m)
+		_, err := w.plug.Apply(t.Context(), env, chs[1])
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "https://"+otherHost+"/v3/import/<token>.yaml") {
+			t.Errorf("mode %d: %v, want it to say %q", m, err, want)
+			continue
+		}
+		noSecret(t, "the error", err.Error())
+		paths, _ := importPaths(w.lab.Requests())
+		for _, p := range paths[otherHost] {
+			tok, _, _ := strings.Cut(strings.TrimPrefix(p, "/v3/import/"), "_")
+			if strings.Contains(err.Error(), tok) {
+				t.Errorf("mode %d: the error shows the registration token: %v", m, err)
+			}
+		}
 	}
 	if _, err := realkube.Client(t, cp.Admin).CoreV1().Namespaces().Get(t.Context(), "cattle-system", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("cattle-system after a refused install: %v", err)
+		t.Errorf("cattle-system after failed installs: %v", err)
+	}
+
+	mode.Store(0)
+	apply(t, w.plug, env, chs[1:])
+	paths, bearer := importPaths(w.lab.Requests())
+	if len(paths) != 1 || len(paths[otherHost]) == 0 || bearer {
+		t.Errorf("the import manifest's requests: %v (a bearer token: %v); want them at %s only, without one", paths, bearer, otherHost)
+	}
+	id := w.lab.Clusters()[0].ID
+	secrets, err := realkube.Client(t, cp.Admin).CoreV1().Secrets("cattle-system").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(secrets.Items, func(s corev1.Secret) bool { return string(s.Data["namespace"]) == id }) {
+		t.Errorf("no cattle-credentials Secret naming %s after the install", id)
+	}
+	if again := steps(t, w.plug, env); len(again) != 0 {
+		t.Errorf("the plan after the install: %v", names(again))
+	}
+}
+
+// TestUnderAPathPrefix: a Rancher served under a path prefix (rancher.url
+// https://host/rancher) is reached there, its import manifest too, whose
+// path carries the prefix already.
+func TestUnderAPathPrefix(t *testing.T) {
+	t.Parallel()
+	cp := realkube.Start(t, realkube.Options{})
+	kubeconfig, err := os.ReadFile(cp.Kubeconfig(t, "admin", "system:masters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorldAt(t, labrancher.Options{}, "/rancher")
+	w.lab.AddUser("openldap", "alice", "Alice Admin")
+	c := load(t, w.srv.URL+"/rancher", "  admins: [alice]\n")
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig}
+	chs := steps(t, w.plug, env)
+	if got, want := names(chs), []string{"create rancher-cluster " + c.Name, "create rancher-agent cattle-system", "create rancher-member alice"}; !slices.Equal(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+	results := apply(t, w.plug, env, chs)
+	if results["url"] != w.srv.URL+"/rancher" {
+		t.Errorf("results %v", results)
+	}
+	if paths, _ := importPaths(w.lab.Requests()); len(paths) != 1 {
+		t.Errorf("the import manifest's requests: %v", paths)
+	}
+	if _, err := realkube.Client(t, cp.Admin).AppsV1().Deployments("cattle-system").Get(t.Context(), "cattle-cluster-agent", metav1.GetOptions{}); err != nil {
+		t.Errorf("the agent's Deployment: %v", err)
+	}
+	if again := steps(t, w.plug, env); len(again) != 0 {
+		t.Errorf("the plan after applying: %v", names(again))
+	}
+}
+
+// TestBindingsOfOtherClusters: a Rancher that answers the binding list
+// unfiltered (every cluster's) never makes another cluster's binding
+// look stale, nor one there look like this cluster's.
+func TestBindingsOfOtherClusters(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, labrancher.Options{UnfilteredBindings: true})
+	alice := w.lab.AddUser("openldap", "alice", "Alice Admin")
+	dave := w.lab.AddUser("openldap", "dave", "Dave User")
+	c := load(t, w.srv.URL, "  admins: [alice]\n")
+	ours := w.lab.AddCluster(c.Name, "pending")
+	other := w.lab.AddCluster("other", "active")
+	theirs := []labrancher.Binding{
+		w.lab.AddBinding(labrancher.Binding{ClusterID: other.ID, UserPrincipalID: dave.ID, RoleTemplateID: "cluster-member"}),
+		w.lab.AddBinding(labrancher.Binding{ClusterID: other.ID, UserPrincipalID: alice.ID, RoleTemplateID: "cluster-owner"}),
+	}
+	stale := w.lab.AddBinding(labrancher.Binding{ClusterID: ours.ID, UserPrincipalID: dave.ID, RoleTemplateID: "cluster-member"})
+	env := reconcile.PluginEnv{Cluster: c}
+	chs := steps(t, w.plug, env)
+	want := []string{"create rancher-agent cattle-system", "create rancher-member alice", "delete rancher-binding " + stale.ID}
+	if got := names(chs); !slices.Equal(got, want) {
+		t.Fatalf("plan %v, want %v", got, want)
+	}
+	apply(t, w.plug, env, chs[1:])
+	got := w.lab.Bindings(ours.ID)
+	if len(got) != 2 || !slices.ContainsFunc(got, func(b labrancher.Binding) bool { return b.UserPrincipalID == alice.ID }) {
+		t.Errorf("the cluster's bindings: %v, want the creator's and alice's", got)
+	}
+	if left := w.lab.Bindings(other.ID); len(left) != 3 || !slices.Contains(left, theirs[0]) || !slices.Contains(left, theirs[1]) {
+		t.Errorf("the other cluster's bindings: %v", left)
 	}
 }
 
@@ -345,6 +488,16 @@ func TestFaultNamesTheCall(t *testing.T) {
 	noSecret(t, "the error", err.Error())
 	if len(w.lab.Clusters()) != 0 {
 		t.Error("a cluster was made")
+	}
+
+	// A long message is cut to 300 characters.
+	w.lab.Fault("POST", "/v3/clusters", labrancher.Fault{Status: 500, Message: strings.Repeat("etcd is unhappy; ", 100)})
+	_, err = w.plug.Apply(t.Context(), env, chs[0])
+	if err == nil {
+		t.Fatal("a failed registration succeeded")
+	}
+	if _, said, _ := strings.Cut(err.Error(), "returned 500: "); len([]rune(said)) != 300 || !strings.HasSuffix(said, "…") {
+		t.Errorf("a long message: %d characters: %v", len([]rune(said)), err)
 	}
 
 	// A Rancher that does not answer in time.
@@ -424,5 +577,63 @@ func TestPreflight(t *testing.T) {
 		if (want == "" && err != nil) || (want != "" && (err == nil || !strings.Contains(err.Error(), want))) {
 			t.Errorf("rancher.url %s: %v, want %q", url, err, want)
 		}
+	}
+}
+
+// deadKubeconfig is a kubeconfig naming an API server that is not there,
+// as a cluster's is once its machines are gone.
+func deadKubeconfig(t *testing.T) []byte {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: https://` + addr + `
+    insecure-skip-tls-verify: true
+users:
+- name: admin
+  user:
+    token: not-a-secret
+contexts:
+- name: c
+  context: {cluster: c, user: admin}
+current-context: c
+`)
+}
+
+// TestTeardownUnreadableAgent: a cluster whose API does not answer reads
+// no agent id. With its machines gone the Rancher cluster of the name is
+// kept and the plan says so; with machines left the teardown's step
+// fails, so destroy can be run again. Nothing is deleted either way.
+func TestTeardownUnreadableAgent(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, labrancher.Options{})
+	c := load(t, w.srv.URL, "  admins: []\n")
+	cl := w.lab.AddCluster(c.Name, "active")
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: deadKubeconfig(t), Teardown: true}
+
+	gone := steps(t, w.plug, env)
+	if len(gone) != 1 || gone[0].Action != plan.ActionRefuse || !strings.Contains(gone[0].Reason, "("+cl.ID+") is kept") ||
+		!strings.Contains(gone[0].Reason, "no machines left") {
+		t.Fatalf("teardown with the machines gone: %v", gone)
+	}
+
+	env.Machines = 3
+	down := steps(t, w.plug, env)
+	if got := names(down); !slices.Equal(got, []string{"wait rancher-cluster " + c.Name}) {
+		t.Fatalf("teardown with the API down: %v", got)
+	}
+	if _, err := w.plug.Apply(t.Context(), env, down[0]); err == nil || !strings.Contains(err.Error(), "could not be read") {
+		t.Errorf("the step of a teardown with the API down: %v", err)
+	}
+	if m := mutations(w.lab.Requests()); len(m) != 0 || len(w.lab.Clusters()) != 1 {
+		t.Errorf("a teardown that could not read the agent changed Rancher: %v", m)
 	}
 }
