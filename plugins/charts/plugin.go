@@ -361,7 +361,7 @@ type (
 	}
 	// keepObject does nothing: its step tells that an object of an entry
 	// being removed stays, and why.
-	keepObject struct{ entry string }
+	keepObject     struct{ entry string }
 	applyNamespace struct {
 		entry, name string
 		psa         map[string]string
