@@ -2,6 +2,7 @@ package charts
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,8 @@ func TestSecretErrorsAreRedacted(t *testing.T) {
 func TestRetryWebhook(t *testing.T) {
 	t.Parallel()
 	notReady := func(n int) error {
-		return apierrors.NewInternalError(errors.New(`failed calling webhook "webhook.cert-manager.io": connection refused ` + strings.Repeat("!", n)))
+		err := apierrors.NewInternalError(errors.New(`failed calling webhook "webhook.cert-manager.io": connection refused ` + strings.Repeat("!", n)))
+		return fmt.Errorf("applying ClusterIssuer letsencrypt-prod: %w", err)
 	}
 	calls := 0
 	err := retryWebhook(t.Context(), time.Minute, time.Millisecond, func() error {
