@@ -1,9 +1,10 @@
 // Package charts is the lab's chart repository: an HTTP handler serving
 // a Helm chart repository (index.yaml and .tgz chart archives) of small
 // test charts named like the ones the charts plugin knows, the Gateway
-// API's standard-install.yaml per release, and GitHub's
-// releases/latest answer for it. Everything is generated in memory at
-// start; tests publish new versions and inject faults at run time.
+// API's standard-install.yaml per release, GitHub's releases/latest
+// answer for it, and manifests tests publish. Everything is generated in
+// memory at start; tests publish new versions and inject faults at run
+// time.
 //
 // The repository format is Helm's (lab/FIDELITY.md cites where):
 // index.yaml is Helm's repo.IndexFile, written by Helm's own package; the
@@ -42,6 +43,8 @@ const (
 	// GatewayManifest is where each Gateway API release's
 	// standard-install.yaml is, {version} its tag.
 	GatewayManifest = "/kubernetes-sigs/gateway-api/releases/download/{version}/standard-install.yaml"
+	// ManifestPrefix is where the manifests tests publish are, by name.
+	ManifestPrefix = "/manifests/"
 )
 
 // Custom is the lab's chart the plugin does not know.
@@ -82,14 +85,17 @@ type Repo struct {
 	archives map[string][]byte
 	gateway  map[string][]byte
 	latest   string
-	faults   map[string]Fault
-	hits     map[string]int
+	// manifests are the published manifests, by path.
+	manifests map[string][]byte
+	faults    map[string]Fault
+	hits      map[string]int
 }
 
 // New returns the repository with every chart in Versions and the
 // Gateway API releases in GatewayVersions.
 func New() (*Repo, error) {
-	r := &Repo{index: repo.NewIndexFile(), archives: map[string][]byte{}, gateway: map[string][]byte{}, faults: map[string]Fault{}, hits: map[string]int{}}
+	r := &Repo{index: repo.NewIndexFile(), archives: map[string][]byte{}, gateway: map[string][]byte{}, manifests: map[string][]byte{},
+		faults: map[string]Fault{}, hits: map[string]int{}}
 	names := make([]string, 0, len(Versions))
 	for n := range Versions {
 		names = append(names, n)
@@ -137,6 +143,13 @@ func (r *Repo) PublishGateway(version string) {
 	defer r.mu.Unlock()
 	r.gateway[version] = gatewayManifest(version)
 	r.latest = version
+}
+
+// PublishManifest serves data, a manifest, at ManifestPrefix+name.
+func (r *Repo) PublishManifest(name string, data []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.manifests[ManifestPrefix+name] = data
 }
 
 // SetFault makes path (as the request names it, e.g. "/index.yaml")
@@ -198,6 +211,9 @@ func (r *Repo) content(path string) ([]byte, string, bool) {
 	case strings.HasPrefix(path, ArchivePrefix):
 		data, ok := r.archives[path]
 		return data, "application/gzip", ok
+	case strings.HasPrefix(path, ManifestPrefix):
+		data, ok := r.manifests[path]
+		return data, "application/x-yaml", ok
 	case path == GatewayLatestPath:
 		data, _ := json.Marshal(map[string]string{"tag_name": r.latest, "name": r.latest})
 		return data, "application/json", true

@@ -122,7 +122,8 @@ func TestRepositoryIsHelms(t *testing.T) {
 }
 
 // TestGatewayReleases: GitHub's latest release names the last published
-// tag, whose standard-install.yaml is served; others are not found.
+// tag, whose standard-install.yaml is served; others are not found. A
+// published manifest is served too.
 func TestGatewayReleases(t *testing.T) {
 	t.Parallel()
 	r, err := charts.New()
@@ -158,6 +159,13 @@ func TestGatewayReleases(t *testing.T) {
 	}
 	if code, _ := manifest("v9.9.9"); code != http.StatusNotFound {
 		t.Errorf("an unknown release: %d", code)
+	}
+	r.PublishManifest("mine.yaml", []byte("kind: ConfigMap\n"))
+	if code, data := get(t, c, srv.URL+charts.ManifestPrefix+"mine.yaml"); code != http.StatusOK || string(data) != "kind: ConfigMap\n" {
+		t.Errorf("a published manifest: %d %s", code, data)
+	}
+	if code, _ := get(t, c, srv.URL+charts.ManifestPrefix+"other.yaml"); code != http.StatusNotFound {
+		t.Errorf("a manifest not published: %d", code)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,8 +192,51 @@ func isNoMatch(err error) bool { return apimeta.IsNoMatchError(err) }
 type object struct {
 	obj    *unstructured.Unstructured
 	exists bool
+	// applied is set when the object's managedFields prove that the
+	// plugin applied it (appliedByPlugin): only then is it ever deleted.
+	applied bool
+	// namespace is where the object is ("" for a cluster-wide kind); a
+	// namespaced object the manifest gives no namespace is in default.
+	namespace string
 	// drift names what differs from what the object should be.
 	drift []string
+}
+
+// appliedByPlugin reports whether an object's managedFields hold a
+// server-side apply by the plugin's field manager: the proof that the
+// plugin made it, and not another tool (Helm, Cilium, kubectl).
+func appliedByPlugin(o *unstructured.Unstructured) bool {
+	for _, f := range o.GetManagedFields() {
+		if f.Manager == FieldManager && f.Operation == metav1.ManagedFieldsOperationApply {
+			return true
+		}
+	}
+	return false
+}
+
+// isSecret reports a core Secret, whose content no error may show.
+func isSecret(o *unstructured.Unstructured) bool {
+	return o.GetAPIVersion() == "v1" && o.GetKind() == "Secret"
+}
+
+// statusReason is what an API status reason may be to be shown: a word,
+// as the API's own reasons are (a webhook may set any text).
+var statusReason = regexp.MustCompile(`^[A-Za-z]{1,64}$`)
+
+// redacted is an API error about o, and for a Secret only its status
+// reason and code: the API's message, an admission webhook's above all,
+// may quote the object (ceph's userKey).
+func redacted(o *unstructured.Unstructured, err error) error {
+	var st apierrors.APIStatus
+	if err == nil || !isSecret(o) || !errors.As(err, &st) {
+		return err
+	}
+	s := st.Status()
+	reason := string(s.Reason)
+	if !statusReason.MatchString(reason) {
+		reason = "refused"
+	}
+	return fmt.Errorf("the API answered %s (%d); its message is not shown, as it may quote the Secret", reason, s.Code)
 }
 
 // read reads o and, when it exists and diff is set, applies it in a dry
@@ -211,20 +255,22 @@ func (k *kube) read(ctx context.Context, o *unstructured.Unstructured, diff bool
 		return object{obj: o}, nil
 	}
 	if err != nil {
-		return object{}, fmt.Errorf("reading %s: %w", describe(o), err)
+		return object{}, fmt.Errorf("reading %s: %w", describe(o), redacted(o, err))
 	}
 	if have.GetDeletionTimestamp() != nil {
 		// Being deleted: gone, as far as a plan goes.
 		return object{obj: o}, nil
 	}
+	ob := object{obj: o, exists: true, applied: appliedByPlugin(have), namespace: have.GetNamespace()}
 	if !diff {
-		return object{obj: o, exists: true}, nil
+		return ob, nil
 	}
 	would, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: FieldManager, Force: true, DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
-		return object{}, fmt.Errorf("a dry run of the apply of %s: %w", describe(o), err)
+		return object{}, fmt.Errorf("a dry run of the apply of %s: %w", describe(o), redacted(o, err))
 	}
-	return object{obj: o, exists: true, drift: differences(have.Object, would.Object)}, nil
+	ob.drift = differences(have.Object, would.Object)
+	return ob, nil
 }
 
 // differences names the top-level fields (and the labels and
@@ -294,6 +340,38 @@ func (k *kube) waitAvailable(ctx context.Context, namespace, name string, wait t
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// Bounds of the retries of an apply a webhook refuses for not answering
+// yet: cert-manager's and MetalLB's may, for a while after their
+// Deployment is available.
+const (
+	webhookRetry      = 60 * time.Second
+	webhookRetryEvery = 2 * time.Second
+)
+
+// retryWebhook runs apply, and again every every while it fails because
+// a webhook could not be called, for at most bound; then the last error
+// is returned. Any other error is returned at once.
+func retryWebhook(ctx context.Context, bound, every time.Duration, apply func() error) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := apply()
+		if err == nil || !webhookNotReady(err) || time.Now().Add(every).After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(every):
+		}
+	}
+}
+
+// webhookNotReady reports the API's error for a webhook it could not
+// call ("Internal error occurred: failed calling webhook ...").
+func webhookNotReady(err error) bool {
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "webhook")
 }
 
 func available(d *unstructured.Unstructured) bool {

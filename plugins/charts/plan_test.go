@@ -64,7 +64,7 @@ func want(t *testing.T, what string, got, want []string) {
 func poolState(exists bool) []object {
 	var out []object
 	for _, o := range PoolObjects([]string{"192.0.2.190-192.0.2.199"}, "metallb-system") {
-		out = append(out, object{obj: o, exists: exists})
+		out = append(out, object{obj: o, exists: exists, applied: exists})
 	}
 	return out
 }
@@ -94,7 +94,7 @@ func TestDestroyOrder(t *testing.T) {
 	gw := entryState{entry: Entry{Name: "gateway", Enabled: true, URLs: []string{GatewayManifest}, Version: "v1.6.2"}}
 	for _, n := range []string{"gatewayclasses", "gateways"} {
 		o := obj(map[string]any{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": map[string]any{"name": n + ".gateway.networking.k8s.io"}})
-		gw.manifest = append(gw.manifest, object{obj: o, exists: true})
+		gw.manifest = append(gw.manifest, object{obj: o, exists: true, applied: true})
 	}
 	traefik := chartEntry("traefik", true, releaseState{exists: true, status: "deployed", ns: ownedNS("traefik")})
 	want(t, "destroy", teardownOf(t, gw, metallb(true, true), traefik), []string{
@@ -159,8 +159,8 @@ func TestReleaseDrift(t *testing.T) {
 		{"stuck", func(r *releaseState) { r.status = "pending-upgrade" }, plan.ActionUpdate, "uninstalled and installed again"},
 		{"pinned differs", func(r *releaseState) { r.Version = "1.22.0" }, plan.ActionUpdate, "differs from the pinned"},
 		{"values", func(r *releaseState) { r.values = map[string]any{} }, plan.ActionUpdate, "chart values changed"},
-		{"latest, newer", func(r *releaseState) { r.Version, r.latest = "", "1.22.0" }, plan.ActionUpdate, "newer chart version"},
-		{"latest, current", func(r *releaseState) { r.Version, r.latest = "", "1.21.2" }, "", ""},
+		{"latest, newer", func(r *releaseState) { r.Version, r.resolved = "", "1.22.0" }, plan.ActionUpdate, "newer chart version"},
+		{"latest, current", func(r *releaseState) { r.Version, r.resolved = "", "1.21.2" }, "", ""},
 	} {
 		rs := base
 		tc.change(&rs)
@@ -189,7 +189,7 @@ func TestCephFlagTurnedOff(t *testing.T) {
 	fs := releaseState{Release: Release{Entry: "ceph", Name: CephFS, Namespace: CephFS, Chart: CephFS}, exists: true, status: "deployed", ns: ownedNS(CephFS)}
 	var secrets []object
 	for _, o := range CephSecrets(e, []string{CephRBD, CephFS}) {
-		secrets = append(secrets, object{obj: o, exists: o.GetNamespace() == CephFS})
+		secrets = append(secrets, object{obj: o, exists: o.GetNamespace() == CephFS, applied: true})
 	}
 	es := entryState{entry: e, releases: []releaseState{rbd, fs}, secrets: secrets}
 	got := planOf(t, es)
@@ -216,5 +216,114 @@ func TestPlanRedactsValues(t *testing.T) {
 	data, _ := json.Marshal(steps)
 	if strings.Contains(string(data), "hunter2") || !strings.Contains(string(data), "bob") {
 		t.Errorf("the plan's values: %s", data)
+	}
+}
+
+// manifestObject is an object of a manifest as read: existing, applied by
+// the plugin or not, in namespace.
+func manifestObject(kind, name, namespace string, applied bool) object {
+	m := map[string]any{"name": name}
+	if namespace != "" {
+		m["namespace"] = namespace
+	}
+	return object{obj: obj(map[string]any{"apiVersion": "v1", "kind": kind, "metadata": m}), exists: true, applied: applied, namespace: namespace}
+}
+
+// TestKeepsWhatThePluginDidNotApply: of a manifest turned off or torn
+// down, only what the plugin applied is deleted; what another tool made,
+// and what is in (or is) one of the cluster's own namespaces, is kept,
+// each said once in the plan that removes the rest, and nothing is said
+// when nothing is removed. The same holds for MetalLB's pool and
+// cert-manager's issuers.
+func TestKeepsWhatThePluginDidNotApply(t *testing.T) {
+	t.Parallel()
+	crd := func(name string, applied bool) object {
+		o := obj(map[string]any{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": map[string]any{"name": name}})
+		return object{obj: o, exists: true, applied: applied}
+	}
+	unnamespaced := manifestObject("ConfigMap", "loose", "default", true)
+	delete(unnamespaced.obj.Object["metadata"].(map[string]any), "namespace")
+	es := entryState{entry: Entry{Name: "crds", URLs: []string{"https://example.org/x.yaml"}}, manifest: []object{
+		crd("mine.example.org", true), crd("theirs.example.org", false),
+		manifestObject("Namespace", "default", "", true), manifestObject("ConfigMap", "sys", "kube-system", true), unnamespaced,
+		manifestObject("ConfigMap", "app", "apps", true), {obj: manifestObject("ConfigMap", "gone", "apps", true).obj},
+	}}
+	removal := []string{"delete configmap apps/app", "delete customresourcedefinition mine.example.org",
+		"wait configmap default/loose", "wait configmap kube-system/sys", "wait namespace default", "wait customresourcedefinition theirs.example.org"}
+	want(t, "disabled", planOf(t, es), removal)
+	want(t, "destroy", teardownOf(t, es), removal)
+	steps, _ := (&Plugin{}).Plan(nil, &state{entries: []entryState{es}})
+	for _, s := range steps[2:] {
+		if !strings.HasPrefix(s.Reason, "kept: ") || s.Op != (keepObject{entry: "crds"}) {
+			t.Errorf("%s: %q %v", s.Resource, s.Reason, s.Op)
+		}
+	}
+	if r := steps[5].Reason; !strings.Contains(r, "not applied by taloscluster") || !strings.Contains(r, "field manager taloscluster") {
+		t.Errorf("a CRD another tool installed: %q", r)
+	}
+	if r := steps[3].Reason; !strings.Contains(r, "kube-system") {
+		t.Errorf("an object in kube-system: %q", r)
+	}
+
+	// Once what the plugin applied is gone, the plan is empty.
+	es.manifest[0].exists, es.manifest[5].exists = false, false
+	want(t, "disabled, the plugin's objects gone", planOf(t, es), []string{})
+	want(t, "destroy, the plugin's objects gone", teardownOf(t, es), []string{})
+
+	// A pool another tool made stays; in a namespace the plugin deletes,
+	// it goes with it unsaid.
+	lb := metallb(false, true)
+	for i := range lb.pool {
+		lb.pool[i].applied = false
+	}
+	want(t, "a pool not applied, its namespace deleted", planOf(t, lb), []string{"delete helm-release metallb-system/metallb", "delete namespace metallb-system"})
+	lb.releases[0].ns.labels = nil
+	want(t, "a pool not applied, its namespace kept", planOf(t, lb), []string{"delete helm-release metallb-system/metallb",
+		"wait l2advertisement metallb-system/external", "wait ipaddresspool metallb-system/external"})
+
+	cm := chartEntry("cert-manager", false, releaseState{exists: true, status: "deployed", ns: ownedNS("cert-manager")})
+	for _, o := range Issuers(Entry{raw: map[string]any{"staging": true, "prod": true}}) {
+		cm.issuers = append(cm.issuers, object{obj: o, exists: true, applied: o.GetName() == "letsencrypt-prod"})
+	}
+	want(t, "issuers", teardownOf(t, cm), []string{"delete clusterissuer letsencrypt-prod", "delete helm-release cert-manager/cert-manager",
+		"delete namespace cert-manager", "wait clusterissuer letsencrypt-staging"})
+}
+
+// TestVersionConstraint: a constrained release installs the newest
+// version matching it, is up to date at it, upgrades when a newer match
+// is out or the installed one does not match; a pinned one is not a
+// constraint.
+func TestVersionConstraint(t *testing.T) {
+	t.Parallel()
+	base := releaseState{Release: Release{Chart: "metallb", Version: "~0.14", Values: map[string]any{}}, exists: true, status: "deployed",
+		installed: "0.14.9", resolved: "0.14.9", values: map[string]any{}, ns: ownedNS("metallb-system")}
+	for _, tc := range []struct {
+		name      string
+		change    func(*releaseState)
+		action    plan.Action
+		reason    string
+		installed string
+	}{
+		{"the newest match", func(*releaseState) {}, "", "", ""},
+		{"missing", func(r *releaseState) { r.exists = false }, plan.ActionCreate, "not installed", "0.14.9"},
+		{"a newer match", func(r *releaseState) { r.installed = "0.14.8" }, plan.ActionUpdate, "a newer chart version matching ~0.14 is out", "0.14.9"},
+		{"no match", func(r *releaseState) { r.installed = "0.15.2" }, plan.ActionUpdate, "does not match ~0.14", "0.14.9"},
+		{"a match newer than the repository's", func(r *releaseState) { r.resolved = "0.14.8" }, "", "", ""},
+		{"1.x", func(r *releaseState) { r.Version, r.installed, r.resolved = "1.x", "1.2.0", "1.3.0" }, plan.ActionUpdate, "matching 1.x", "1.3.0"},
+		{"a partial version", func(r *releaseState) { r.Version = "0.14" }, "", "", ""},
+	} {
+		rs := base
+		tc.change(&rs)
+		steps, _ := (&Plugin{}).Plan(nil, &state{entries: []entryState{chartEntry("metallb", true, rs)}})
+		switch {
+		case tc.action == "" && len(steps) != 0:
+			t.Errorf("%s: %v", tc.name, stepNames(steps))
+		case tc.action != "" && (len(steps) != 1 || steps[0].Action != tc.action || !strings.Contains(steps[0].Reason, tc.reason)):
+			t.Errorf("%s: %v", tc.name, steps)
+		case tc.action != "":
+			if op := steps[0].Op.(deployRelease); op.version != tc.installed {
+				t.Errorf("%s: installs %q, want %q", tc.name, op.version, tc.installed)
+			}
+		}
 	}
 }

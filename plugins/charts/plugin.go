@@ -104,10 +104,11 @@ type releaseState struct {
 	// values it was installed with.
 	installed string
 	values    map[string]any
-	// latest is the newest chart version in the repository, for a wanted
-	// release that follows the latest.
-	latest string
-	ns     namespaceState
+	// resolved is, for a wanted release that follows the latest or a
+	// version constraint, the newest chart version in the repository
+	// (matching the constraint).
+	resolved string
+	ns       namespaceState
 }
 
 // entryState is what Observe read of one entry.
@@ -119,8 +120,8 @@ type entryState struct {
 	pool, issuers, secrets []object
 	// manifest holds a manifest entry's objects, in document order.
 	manifest []object
-	// unresolved says why a disabled manifest entry's URLs are not known
-	// (its latest release could not be resolved).
+	// unresolved says why a manifest entry's URLs are not known in a
+	// teardown (its latest release could not be resolved).
 	unresolved string
 }
 
@@ -177,7 +178,7 @@ func (p *Plugin) observeEntry(ctx context.Context, k *kube, r *repos, e Entry, x
 		return p.observeManifest(ctx, k, es, teardown)
 	}
 	for _, rel := range Releases(e, x) {
-		rs, err := p.observeRelease(ctx, k, r, rel, e.Latest() && rel.Wanted && !teardown)
+		rs, err := p.observeRelease(ctx, k, r, rel, (e.Latest() || IsConstraint(e.Version)) && rel.Wanted && !teardown)
 		if err != nil {
 			return es, err
 		}
@@ -205,8 +206,9 @@ func (p *Plugin) observeEntry(ctx context.Context, k *kube, r *repos, e Entry, x
 
 // observeRelease reads a release through the Helm SDK (the latest
 // revision, its status, chart version and user-supplied values), its
-// namespace and, with latest set, the newest version in its repository.
-func (p *Plugin) observeRelease(ctx context.Context, k *kube, r *repos, rel Release, latest bool) (releaseState, error) {
+// namespace and, with resolve set, the newest version in its repository
+// (matching its version constraint).
+func (p *Plugin) observeRelease(ctx context.Context, k *kube, r *repos, rel Release, resolve bool) (releaseState, error) {
 	rs := releaseState{Release: rel}
 	cfg, err := k.helm(rel.Namespace)
 	if err != nil {
@@ -222,12 +224,12 @@ func (p *Plugin) observeRelease(ctx context.Context, k *kube, r *repos, rel Rele
 			rs.installed = have.Chart.Metadata.Version
 		}
 	}
-	if latest {
-		cv, err := r.version(ctx, rel.Repo, rel.Chart, "")
+	if resolve {
+		cv, err := r.version(ctx, rel.Repo, rel.Chart, rel.Version)
 		if err != nil {
 			return rs, fmt.Errorf("the newest %s: %w", rel.Chart, err)
 		}
-		rs.latest = cv.Version
+		rs.resolved = cv.Version
 	}
 	if rs.ns, err = k.namespace(ctx, rel.Namespace); err != nil {
 		return rs, err
@@ -241,11 +243,14 @@ func (p *Plugin) observeManifest(ctx context.Context, k *kube, es entryState, te
 	e := es.entry
 	urls, err := p.urls(ctx, e)
 	if err != nil {
-		if !e.Enabled || teardown {
-			// As the Python tool: what cannot be resolved is absent.
+		if teardown {
+			// As the Python tool: what cannot be resolved is not torn
+			// down; the machines go all the same.
 			es.unresolved = err.Error()
 			return es, nil
 		}
+		// A disabled entry's objects may be on the cluster all the same:
+		// not knowing them is not knowing that nothing is to remove.
 		return es, err
 	}
 	for _, u := range urls {
@@ -336,7 +341,8 @@ func parseManifest(data []byte) ([]*unstructured.Unstructured, error) {
 // Plugin operations.
 type (
 	// deployRelease installs or upgrades a release with the chart version
-	// given (the pinned one, or the newest Observe read).
+	// given (the pinned one, or the newest, matching a constraint, that
+	// Observe read).
 	deployRelease struct {
 		rel     Release
 		version string
@@ -353,6 +359,9 @@ type (
 		entry string
 		obj   *unstructured.Unstructured
 	}
+	// keepObject does nothing: its step tells that an object of an entry
+	// being removed stays, and why.
+	keepObject     struct{ entry string }
 	applyNamespace struct {
 		entry, name string
 		psa         map[string]string
@@ -377,6 +386,7 @@ func (*Plugin) Plan(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Change, er
 	pl := &planner{sharers: enabledNamespaces(st), applied: map[string]bool{}}
 	for _, es := range st.entries {
 		e := es.entry
+		pl.beginEntry()
 		switch {
 		case e.Manifest() && e.Enabled:
 			pl.applyObjects(e.Name, es.manifest, "", "")
@@ -387,6 +397,7 @@ func (*Plugin) Plan(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Change, er
 		default:
 			pl.remove(es, "charts."+e.Name+" is disabled")
 		}
+		pl.endEntry()
 	}
 	return pl.out, nil
 }
@@ -403,11 +414,13 @@ func (*Plugin) PlanTeardown(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Ch
 	pl := &planner{applied: map[string]bool{}}
 	for i := len(st.entries) - 1; i >= 0; i-- {
 		es := st.entries[i]
+		pl.beginEntry()
 		if es.entry.Manifest() {
 			pl.deleteObjects(es.entry.Name, es.manifest)
-			continue
+		} else {
+			pl.remove(es, "destroy")
 		}
-		pl.remove(es, "destroy")
+		pl.endEntry()
 	}
 	return pl.out, nil
 }
@@ -432,8 +445,13 @@ type planner struct {
 	// sharers are the enabled entries using each namespace (none in a
 	// teardown).
 	sharers map[string][]string
-	// applied are the namespaces a step already makes.
+	// applied are the namespaces a step already makes ("-" and the name:
+	// deletes).
 	applied map[string]bool
+	// start is where the current entry's steps begin; kept are its
+	// objects kept, said at its end.
+	start int
+	kept  []keptStep
 }
 
 func (pl *planner) add(ch plan.Change) {
@@ -540,13 +558,15 @@ func (pl *planner) namespace(entry string, rs releaseState) {
 }
 
 // release plans a release's install or upgrade when it is missing, not
-// deployed, at another version than the pinned one, installed with other
-// values, or older than the newest of a latest entry.
+// deployed, at another version than the pinned one or one its constraint
+// does not match, installed with other values, or older than the newest
+// (matching its constraint) of a latest or constrained entry.
 func (pl *planner) release(rs releaseState) {
 	res := plan.Resource{Kind: KindRelease, Name: rs.Namespace + "/" + rs.Name}
+	constraint := IsConstraint(rs.Version)
 	desired := rs.Version
-	if desired == "" {
-		desired = rs.latest
+	if desired == "" || constraint {
+		desired = rs.resolved
 	}
 	attrs := []plan.Attribute{{Key: "chart", Value: rs.Chart}, {Key: "repo", Value: rs.Repo}}
 	var reason string
@@ -560,14 +580,20 @@ func (pl *planner) release(rs releaseState) {
 		if stuck(rs.status) {
 			reason += ": it is uninstalled and installed again"
 		}
-	case rs.Version != "" && !SameVersion(rs.installed, rs.Version):
+	case rs.Version != "" && !constraint && !SameVersion(rs.installed, rs.Version):
 		reason = "its chart version differs from the pinned one"
 		attrs = append(attrs, plan.Attribute{Key: "version", Value: rs.installed + " -> " + rs.Version})
+	case constraint && !SameVersion(rs.installed, rs.resolved) && !Satisfies(rs.installed, rs.Version):
+		reason = "its chart version does not match " + rs.Version
+		attrs = append(attrs, plan.Attribute{Key: "version", Value: rs.installed + " -> " + rs.resolved})
 	case !reflect.DeepEqual(normalized(rs.values), normalized(rs.Values)):
 		reason = "chart values changed"
-	case rs.Version == "" && IsNewer(rs.latest, rs.installed):
+	case (rs.Version == "" || constraint) && IsNewer(rs.resolved, rs.installed):
 		reason = "a newer chart version is out"
-		attrs = append(attrs, plan.Attribute{Key: "version", Value: rs.installed + " -> " + rs.latest})
+		if constraint {
+			reason = "a newer chart version matching " + rs.Version + " is out"
+		}
+		attrs = append(attrs, plan.Attribute{Key: "version", Value: rs.installed + " -> " + rs.resolved})
 	default:
 		return
 	}
@@ -612,14 +638,77 @@ func (pl *planner) applyObjects(entry string, objs []object, waitNS, waitName st
 	}
 }
 
-// deleteObjects removes the objects that exist, the last first.
+// deleteObjects removes the objects that exist, the last first, when the
+// plugin applied them and they are not in one of the cluster's own
+// namespaces; the others are kept, and said so (see endEntry).
 func (pl *planner) deleteObjects(entry string, objs []object) {
 	for i := len(objs) - 1; i >= 0; i-- {
-		if o := objs[i]; o.exists {
-			pl.add(plan.Change{Action: plan.ActionDelete, Resource: resourceOf(o.obj), Reason: "charts." + entry + " no longer makes it",
-				Op: deleteObject{entry: entry, obj: o.obj}})
+		o := objs[i]
+		if !o.exists {
+			continue
+		}
+		res := resourceOf(o.obj)
+		if o.obj.GetNamespace() == "" && o.namespace != "" {
+			// A namespaced object the manifest gives no namespace.
+			res.Name = o.namespace + "/" + res.Name
+		}
+		if why := keptBecause(o.obj, o.where(), o.applied); why != "" {
+			pl.kept = append(pl.kept, keptStep{namespace: o.where(), change: plan.Change{Action: plan.ActionWait, Resource: res,
+				Reason: "kept: " + why, Op: keepObject{entry: entry}}})
+			continue
+		}
+		pl.add(plan.Change{Action: plan.ActionDelete, Resource: res, Reason: "charts." + entry + " no longer makes it",
+			Expects: "it was applied by taloscluster and is in none of the cluster's own namespaces", Op: deleteObject{entry: entry, obj: o.obj}})
+	}
+}
+
+// where is the object's namespace: the API's, or the rendered one's.
+func (o object) where() string {
+	if o.namespace != "" {
+		return o.namespace
+	}
+	return o.obj.GetNamespace()
+}
+
+// keptBecause says why an object the plugin would remove is kept: it is
+// one of the cluster's own namespaces, or in one, or the plugin did not
+// apply it; "" when it may go.
+func keptBecause(o *unstructured.Unstructured, namespace string, applied bool) string {
+	switch {
+	case o.GetAPIVersion() == "v1" && o.GetKind() == "Namespace" && slices.Contains(protectedNamespaces, o.GetName()):
+		return "namespace " + o.GetName() + " is the cluster's own"
+	case slices.Contains(protectedNamespaces, namespace):
+		return "it is in namespace " + namespace + ", the cluster's own"
+	case !applied:
+		return "not applied by taloscluster (no server-side apply by the field manager " + FieldManager + ")"
+	}
+	return ""
+}
+
+// keptStep is a kept object's step, with the namespace it is in.
+type keptStep struct {
+	namespace string
+	change    plan.Change
+}
+
+// beginEntry starts an entry's steps.
+func (pl *planner) beginEntry() {
+	pl.start, pl.kept = len(pl.out), nil
+}
+
+// endEntry adds the steps telling which of the entry's objects are kept,
+// when the entry's steps remove something: a plan that removes nothing of
+// an entry has nothing to say of what stays, so that a plan after the
+// removal is empty. An object in a namespace the plan deletes goes with
+// it, and is not said to stay.
+func (pl *planner) endEntry() {
+	removes := slices.ContainsFunc(pl.out[pl.start:], func(ch plan.Change) bool { return ch.Action == plan.ActionDelete })
+	for _, k := range pl.kept {
+		if removes && !pl.applied["-"+k.namespace] {
+			pl.add(k.change)
 		}
 	}
+	pl.kept = nil
 }
 
 // resourceOf is a plan's resource for an object: its kind in lower case
@@ -649,12 +738,17 @@ func (p *Plugin) Apply(ctx context.Context, env reconcile.PluginEnv, ch plan.Cha
 		entry, err = op.entry, uninstall(k, op.name, op.namespace)
 	case applyObject:
 		entry = op.entry
-		if op.waitName != "" {
-			k.waitAvailable(ctx, op.waitNS, op.waitName, p.readyWait)
+		if op.waitName == "" {
+			err = k.apply(ctx, op.obj)
+			break
 		}
-		err = k.apply(ctx, op.obj)
+		k.waitAvailable(ctx, op.waitNS, op.waitName, p.readyWait)
+		err = retryWebhook(ctx, webhookRetry, webhookRetryEvery, func() error { return k.apply(ctx, op.obj) })
 	case deleteObject:
-		entry, err = op.entry, k.delete(ctx, op.obj)
+		entry, err = op.entry, k.deleteApplied(ctx, op.obj)
+	case keepObject:
+		// The plan says what stays; there is nothing to do.
+		entry = op.entry
 	case applyNamespace:
 		entry, err = op.entry, k.applyNamespace(ctx, op.name, op.psa)
 	case deleteNamespace:
@@ -750,7 +844,38 @@ func (k *kube) apply(ctx context.Context, o *unstructured.Unstructured) error {
 		return err
 	}
 	if _, err := ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: FieldManager, Force: true}); err != nil {
-		return fmt.Errorf("applying %s: %w", describe(o), err)
+		return fmt.Errorf("applying %s: %w", describe(o), redacted(o, err))
+	}
+	return nil
+}
+
+// deleteApplied deletes an object only while the plugin's ownership holds:
+// the object is still the one the plugin applied (its managedFields say
+// so) and not in one of the cluster's own namespaces. One gone, or whose
+// kind is no longer served, is done.
+func (k *kube) deleteApplied(ctx context.Context, o *unstructured.Unstructured) error {
+	ri, err := k.resource(o)
+	if isNoMatch(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	have, err := ri.Get(ctx, o.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", describe(o), redacted(o, err))
+	}
+	if why := keptBecause(o, have.GetNamespace(), appliedByPlugin(have)); why != "" {
+		return fmt.Errorf("%s is left in place: %s", describe(o), why)
+	}
+	// The UID makes sure the object deleted is the one read.
+	uid := have.GetUID()
+	err = ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting %s: %w", describe(o), redacted(o, err))
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	labcharts "github.com/taloscluster/taloscluster/lab/charts"
@@ -294,6 +295,22 @@ func TestUnreachableRepositories(t *testing.T) {
 	}
 	l.repo.SetFault(labcharts.IndexPath, labcharts.NoFault)
 
+	// A turned-off gateway following the latest release, GitHub failing:
+	// its CRDs may be on the cluster, so Observe fails naming it rather
+	// than reading them absent; a teardown goes on without them.
+	l.repo.SetFault(labcharts.GatewayLatestPath, labcharts.Fail500)
+	off := load(t, "proxmox-external", "charts:\n  gateway: {enabled: false}\n", "")
+	if err := observe(p, off, time.Minute); err == nil || !strings.Contains(err.Error(), "charts.gateway") || !strings.Contains(err.Error(), "500") {
+		t.Errorf("a disabled latest gateway with GitHub failing: %v", err)
+	}
+	if got := steps(t, p, off, reconcile.PluginEnv{Kubeconfig: l.kubeconfig, Teardown: true}, true); len(got) != 0 {
+		t.Errorf("its teardown: %q", names(got))
+	}
+	l.repo.SetFault(labcharts.GatewayLatestPath, labcharts.NoFault)
+	if err := observe(p, off, time.Minute); err != nil {
+		t.Errorf("a disabled latest gateway with GitHub answering: %v", err)
+	}
+
 	for _, repo := range []string{"file:///etc", "ftp://" + strings.TrimPrefix(l.url, "https://"), "https://user:pw@" + strings.TrimPrefix(l.url, "https://")} {
 		bad := load(t, "proxmox-external", "charts:\n  traefik: {repo: \""+repo+"\"}\n", "")
 		if err := observe(p, bad, time.Minute); err == nil || !strings.Contains(err.Error(), "charts.traefik") || strings.Contains(err.Error(), ":pw@") {
@@ -332,5 +349,166 @@ func TestUnreachableRepositories(t *testing.T) {
 	}
 	if len(asked) != 1 || !strings.HasSuffix(asked[0], labcharts.GatewayLatestPath) {
 		t.Errorf("the hook was asked %v", asked)
+	}
+}
+
+// TestManifestOwnership: against a real kube-apiserver, a manifest entry
+// turned off, or torn down, deletes only the objects the plugin applied
+// (server-side apply by its field manager): an object another tool
+// created as the manifest has it, one in kube-system and the default
+// namespace stay, each said once in the plan; an object whose ownership
+// is gone by the time its step runs is left in place.
+func TestManifestOwnership(t *testing.T) {
+	t.Parallel()
+	l := startLab(t)
+	p := l.plugin(nil)
+	env := reconcile.PluginEnv{Kubeconfig: l.kubeconfig}
+	l.repo.PublishManifest("apps.yaml", []byte(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: lab-mine, namespace: lab-apps}
+data: {owner: taloscluster}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: lab-theirs, namespace: lab-apps}
+data: {owner: another-tool}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: lab-system, namespace: kube-system}
+data: {owner: taloscluster}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: default, labels: {lab.example.org/marked: "yes"}}
+`))
+	section := func(enabled string) *spec.Cluster {
+		return load(t, "proxmox-external", "charts:\n  lab-apps: {enabled: "+enabled+", manifest: "+l.url+labcharts.ManifestPrefix+"apps.yaml}\n", "")
+	}
+	// Another tool made the namespace, and lab-theirs as the manifest has
+	// it.
+	ctx := t.Context()
+	if _, err := l.core.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "lab-apps"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	theirs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lab-theirs", Namespace: "lab-apps"}, Data: map[string]string{"owner": "another-tool"}}
+	if _, err := l.core.CoreV1().ConfigMaps("lab-apps").Create(ctx, theirs, metav1.CreateOptions{FieldManager: "another-tool"}); err != nil {
+		t.Fatal(err)
+	}
+	on, off := section("true"), section("false")
+	first := steps(t, p, on, env, false)
+	if got, want := names(first), []string{"create configmap lab-apps/lab-mine", "create configmap kube-system/lab-system", "update namespace default"}; !slices.Equal(got, want) {
+		t.Fatalf("first plan\n got %q\nwant %q", got, want)
+	}
+	apply(t, p, env, first)
+	if again := steps(t, p, on, env, false); len(again) != 0 {
+		t.Fatalf("the plan after applying is %q", names(again))
+	}
+
+	kept := []string{"wait namespace default", "wait configmap kube-system/lab-system", "wait configmap lab-apps/lab-theirs"}
+	removal := steps(t, p, off, env, false)
+	if got, want := names(removal), append([]string{"delete configmap lab-apps/lab-mine"}, kept...); !slices.Equal(got, want) {
+		t.Fatalf("turned off\n got %q\nwant %q", got, want)
+	}
+	for i, why := range []string{"cluster's own", "kube-system", "not applied by taloscluster"} {
+		if r := removal[i+1].Reason; !strings.HasPrefix(r, "kept: ") || !strings.Contains(r, why) {
+			t.Errorf("%s: %q", removal[i+1].Resource, r)
+		}
+	}
+	apply(t, p, env, removal)
+	l.present(t, "lab-theirs", "lab-system")
+	if _, err := l.core.CoreV1().ConfigMaps("lab-apps").Get(ctx, "lab-mine", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the ConfigMap the plugin applied, after the removal: %v", err)
+	}
+	if again := steps(t, p, off, env, false); len(again) != 0 {
+		t.Fatalf("the plan after the removal is %q", names(again))
+	}
+
+	// On again, then torn down: the same.
+	apply(t, p, env, steps(t, p, on, env, false))
+	teardown := steps(t, p, on, env, true)
+	if got, want := names(teardown), append([]string{"delete configmap lab-apps/lab-mine"}, kept...); !slices.Equal(got, want) {
+		t.Fatalf("teardown\n got %q\nwant %q", got, want)
+	}
+	apply(t, p, env, teardown)
+	l.present(t, "lab-theirs", "lab-system")
+	if again := steps(t, p, on, env, true); len(again) != 0 {
+		t.Fatalf("after the teardown %q is left", names(again))
+	}
+
+	// The plugin's object loses the plugin's apply between the plan and
+	// its step (its managedFields cleared): the step leaves it in place.
+	apply(t, p, env, steps(t, p, on, env, false))
+	teardown = steps(t, p, on, env, true)
+	clear := []byte(`{"metadata":{"managedFields":[{}]}}`)
+	if _, err := l.core.CoreV1().ConfigMaps("lab-apps").Patch(ctx, "lab-mine", types.MergePatchType, clear, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Apply(ctx, env, teardown[0]); err == nil || !strings.Contains(err.Error(), "charts.lab-apps") || !strings.Contains(err.Error(), "left in place") {
+		t.Errorf("deleting an object no longer the plugin's: %v", err)
+	}
+	l.present(t, "lab-mine")
+}
+
+// present fails the test unless the ConfigMaps named (in lab-apps or
+// kube-system) exist, and the default namespace.
+func (l *lab) present(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		ns := "lab-apps"
+		if n == "lab-system" {
+			ns = "kube-system"
+		}
+		if _, err := l.core.CoreV1().ConfigMaps(ns).Get(t.Context(), n, metav1.GetOptions{}); err != nil {
+			t.Errorf("ConfigMap %s/%s: %v", ns, n, err)
+		}
+	}
+	if ns, err := l.core.CoreV1().Namespaces().Get(t.Context(), "default", metav1.GetOptions{}); err != nil || ns.DeletionTimestamp != nil {
+		t.Errorf("the default namespace: %v", err)
+	}
+}
+
+// TestVersionConstraintOnARealAPIServer: metallb at "~0.14" installs the
+// newest 0.14 (0.14.9, not 0.15.2), then plans nothing; a newer 0.14 is
+// one upgrade; a newer version the constraint does not match is none.
+func TestVersionConstraintOnARealAPIServer(t *testing.T) {
+	t.Parallel()
+	l := startLab(t)
+	p := l.plugin(nil)
+	env := reconcile.PluginEnv{Kubeconfig: l.kubeconfig}
+	c := load(t, "proxmox-external", "charts:\n  metallb: {repo: "+l.url+", version: \"~0.14\"}\n", "")
+	first := steps(t, p, c, env, false)
+	if got, want := names(first), []string{"create namespace metallb-system", "create helm-release metallb-system/metallb",
+		"create ipaddresspool metallb-system/external", "create l2advertisement metallb-system/external"}; !slices.Equal(got, want) {
+		t.Fatalf("first plan\n got %q\nwant %q", got, want)
+	}
+	if !slices.Contains(first[1].Attributes, plan.Attribute{Key: "version", Value: "0.14.9"}) {
+		t.Errorf("the install's attributes %v", first[1].Attributes)
+	}
+	apply(t, p, env, first)
+	if d := l.configMap(t, "metallb-system", "metallb-lab"); d["chart"] != "metallb-0.14.9" {
+		t.Errorf("metallb installed: %v", d)
+	}
+	if again := steps(t, p, c, env, false); len(again) != 0 {
+		t.Fatalf("the plan after applying is %q, want nothing", names(again))
+	}
+
+	if err := l.repo.Publish("metallb", "0.14.10"); err != nil {
+		t.Fatal(err)
+	}
+	newer := steps(t, p, c, env, false)
+	if got := names(newer); !slices.Equal(got, []string{"update helm-release metallb-system/metallb"}) ||
+		!slices.Contains(newer[0].Attributes, plan.Attribute{Key: "version", Value: "0.14.9 -> 0.14.10"}) {
+		t.Fatalf("with 0.14.10 out: %q %v", got, newer)
+	}
+	apply(t, p, env, newer)
+	if d := l.configMap(t, "metallb-system", "metallb-lab"); d["chart"] != "metallb-0.14.10" {
+		t.Errorf("metallb upgraded: %v", d)
+	}
+	if err := l.repo.Publish("metallb", "0.16.0"); err != nil {
+		t.Fatal(err)
+	}
+	if again := steps(t, p, c, env, false); len(again) != 0 {
+		t.Fatalf("with 0.16.0 out, the plan is %q, want nothing", names(again))
 	}
 }

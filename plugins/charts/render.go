@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/Masterminds/semver/v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -93,7 +94,8 @@ type Namespace struct {
 type Entry struct {
 	Name    string
 	Enabled bool
-	// Version is the pinned version; "" is the latest.
+	// Version is the pinned version or, for a chart entry, a version
+	// constraint (IsConstraint); "" is the latest.
 	Version string
 	// Repo is the chart repository (a known chart's unless set).
 	Repo string
@@ -118,7 +120,8 @@ type Release struct {
 	// Entry is the charts entry's name.
 	Entry                        string
 	Name, Namespace, Chart, Repo string
-	// Version is the pinned chart version, "" for the latest.
+	// Version is the pinned chart version or a constraint, "" for the
+	// latest.
 	Version string
 	// PSA are the namespace's Pod Security labels.
 	PSA map[string]string
@@ -177,9 +180,6 @@ func entryOf(name string, v any) (Entry, error) {
 	if s, ok := raw["version"].(string); ok && s != "latest" {
 		e.Version = strings.TrimSpace(s)
 	}
-	if e.Version != "" && !versionText.MatchString(e.Version) {
-		return e, fmt.Errorf("version %q is not a version", e.Version)
-	}
 	e.Values, _ = raw["values"].(map[string]any)
 	switch m := raw["manifest"].(type) {
 	case string:
@@ -192,6 +192,9 @@ func entryOf(name string, v any) (Entry, error) {
 	}
 	if name == "gateway" {
 		e.URLs = []string{GatewayManifest}
+	}
+	if err := checkVersion(e); err != nil {
+		return e, err
 	}
 	k, isKnown := knownCharts[name]
 	e.Repo = k.repo
@@ -221,9 +224,55 @@ func entryOf(name string, v any) (Entry, error) {
 	return e, nil
 }
 
-// versionText is what a version may be: it goes into URLs and Helm's
-// version constraint.
+// versionText is what a manifest entry's version may be: it goes into
+// URLs.
 var versionText = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
+
+// constraintText is what a chart entry's version constraint may be
+// ("1.x", "~1.2", ">=1.2, <2").
+var constraintText = regexp.MustCompile(`^[A-Za-z0-9.*~^<>=!, |+-]{1,64}$`)
+
+// checkVersion refuses a version that is not one: a manifest entry's must
+// be a release tag; a chart entry's an exact version or a constraint
+// Masterminds semver (Helm's) reads.
+func checkVersion(e Entry) error {
+	v := e.Version
+	switch {
+	case v == "" || versionText.MatchString(v) && (e.Manifest() || !IsConstraint(v)):
+		return nil
+	case !e.Manifest() && constraintText.MatchString(v):
+		if _, err := semver.NewConstraint(v); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("version %q is not a version", v)
+}
+
+// IsConstraint reports whether a chart version is a constraint ("1.x",
+// "~1.2", "1.2") rather than one version: it is not a full semantic
+// version (a leading v aside). The repository's newest version matching
+// it is the one installed.
+func IsConstraint(version string) bool {
+	if version == "" {
+		return false
+	}
+	_, err := semver.StrictNewVersion(stripV(version))
+	return err != nil
+}
+
+// Satisfies reports whether version matches constraint; a version or a
+// constraint that does not parse never does.
+func Satisfies(version, constraint string) bool {
+	v, err := semver.NewVersion(version)
+	if err != nil {
+		return false
+	}
+	c, err := semver.NewConstraint(constraint)
+	if err != nil {
+		return false
+	}
+	return c.Check(v)
+}
 
 func psa(enforce, audit, warn string) map[string]string {
 	out := map[string]string{}

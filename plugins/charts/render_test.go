@@ -361,3 +361,39 @@ func TestHostileNames(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionConstraints: a chart entry's version may be a constraint, a
+// manifest entry's may not; what is neither a version nor a constraint is
+// refused.
+func TestVersionConstraints(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		version    string
+		chart      bool
+		constraint bool
+	}{
+		{"0.14.9", true, false}, {"v1.18.2", true, false}, {"1.2.3-rc.1", true, false},
+		{"~0.14", true, true}, {"1.x", true, true}, {"^1.2", true, true}, {">=1.2, <2", true, true}, {"0.14", true, true},
+		{"nope", false, false}, {"~1.2; rm -rf", false, false}, {">=", false, false},
+	} {
+		if got := charts.IsConstraint(tc.version); tc.chart && got != tc.constraint {
+			t.Errorf("IsConstraint(%q) = %v", tc.version, got)
+		}
+		cl := load(t, "proxmox-external", "charts:\n  metallb: {version: \""+tc.version+"\"}\n", "")
+		if _, err := charts.Entries(cl); (err == nil) != tc.chart || err != nil && !strings.Contains(err.Error(), "charts.metallb") {
+			t.Errorf("metallb at %q: %v", tc.version, err)
+		}
+	}
+	gw := load(t, "proxmox-external", "charts:\n  gateway: {version: \"~1.2\"}\n", "")
+	if _, err := charts.Entries(gw); err == nil || !strings.Contains(err.Error(), "charts.gateway") {
+		t.Errorf("a gateway at a constraint: %v", err)
+	}
+	for _, tc := range []struct {
+		version, constraint string
+		ok                  bool
+	}{{"0.14.9", "~0.14", true}, {"0.15.2", "~0.14", false}, {"v1.3.0", "1.x", true}, {"x", "1.x", false}, {"1.0.0", "><", false}} {
+		if got := charts.Satisfies(tc.version, tc.constraint); got != tc.ok {
+			t.Errorf("Satisfies(%q, %q) = %v", tc.version, tc.constraint, got)
+		}
+	}
+}
