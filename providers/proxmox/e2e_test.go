@@ -27,7 +27,8 @@ import (
 // use, one each: 127.176 to 127.182, 127.221 to 127.230 (but 223, 227 and
 // 229), 127.246 to 127.248, 127.1 to 127.20, and 127.171 and 127.183,
 // whose 127.N.0.0/24 only the benchmarks use, which never run beside the
-// tests (cmd/taloscluster's tests use 127.183.64.0/24 and up). They are clear of the
+// tests (cmd/taloscluster's tests use 127.183.64.0/24 and up), then
+// 127.183.1.0/24 to 127.183.16.0/24 (extraNets). They are clear of the
 // networks other packages' tests use, as packages' tests run at the same
 // time: the lab's (up to 127.100), providers/scenario's (127.101 to
 // 127.119, 127.167 to 127.169, 127.233 to 127.235 and 127.239),
@@ -47,14 +48,22 @@ var worldNets = func() []int {
 	return append(out, 171, 183)
 }()
 
+// extraNets are the third octets of the /24s of 127.183 the package's lab
+// worlds use once worldNets are all taken.
+var extraNets = 16
+
 // nextNet returns the next network of worldNets, one per lab world.
 func nextNet(t *testing.T) netip.Prefix {
 	t.Helper()
 	i := int(netSeq.Add(1)) - 1
-	if i >= len(worldNets) {
-		t.Fatalf("more than %d lab worlds in this package: give worldNets more networks", len(worldNets))
+	switch {
+	case i < len(worldNets):
+		return netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", worldNets[i]))
+	case i < len(worldNets)+extraNets:
+		return netip.MustParsePrefix(fmt.Sprintf("127.183.%d.0/24", i-len(worldNets)+1))
 	}
-	return netip.MustParsePrefix(fmt.Sprintf("127.%d.0.0/24", worldNets[i]))
+	t.Fatalf("more than %d lab worlds in this package: give worldNets more networks", len(worldNets)+extraNets)
+	return netip.Prefix{}
 }
 
 // netSeq hands each test its own loopback networks, so tests run in
