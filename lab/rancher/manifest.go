@@ -1,9 +1,11 @@
 package rancher
 
 import (
+	"bytes"
 	"crypto/md5"
 	"encoding/base64"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"strings"
 	"text/template"
@@ -15,12 +17,15 @@ const AgentImage = "rancher/rancher-agent:v2.12.1"
 // serveImport answers /v3/import/<token>_<clusterId>.yaml with the
 // cluster's import manifest: what Rancher's system template renders for
 // an imported cluster, cut to the objects the agent's registration
-// needs. The credentials Secret carries Rancher's URL, the registration
-// token and the cluster id (its namespace field).
+// needs. As Rancher's import handler does, it renders the template with
+// an empty namespace: the credentials Secret carries Rancher's URL and
+// the registration token of the manifest's name, and no cluster id. The
+// id reaches the cluster only when Rancher redeploys the agent after it
+// connected (ForCluster).
 func (s *Server) serveImport(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	file := strings.TrimPrefix(r.URL.Path, "/v3/import/")
-	token, clusterID, ok := strings.Cut(strings.TrimSuffix(file, ".yaml"), "_")
+	token, _, ok := strings.Cut(strings.TrimSuffix(file, ".yaml"), "_")
 	if !ok || strings.Contains(file, "/") {
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = w.Write([]byte("invalid filename format, expected {token}_{clusterId}.yaml"))
@@ -30,19 +35,62 @@ func (s *Server) serveImport(w http.ResponseWriter, r *http.Request) {
 	if url == "" {
 		url = origin(r)
 	}
+	var buf bytes.Buffer
+	if err := render(&buf, url, token, ""); err != nil {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	_, _ = w.Write(buf.Bytes())
+}
+
+// ForCluster is the manifest Rancher deploys to the cluster of id once
+// its agent connected (Rancher's systemtemplate.ForCluster, run by its
+// cluster deploy controller): the same objects, its credentials Secret
+// carrying the cluster id as its namespace and the cluster's default
+// registration token (else its first by name). serverURL is the URL the
+// agent reaches Rancher at when Options.ServerURL is empty. False when
+// there is no such cluster, or it has no registration token.
+func (s *Server) ForCluster(id, serverURL string) ([]byte, bool) {
+	s.mu.Lock()
+	var token, name string
+	for _, t := range s.tokens {
+		if t.clusterID != id {
+			continue
+		}
+		if n := t.id[strings.Index(t.id, ":")+1:]; token == "" || n == "default-token" || name != "default-token" && n < name {
+			token, name = t.token, n
+		}
+	}
+	url := s.opts.ServerURL
+	s.mu.Unlock()
+	if token == "" {
+		return nil, false
+	}
+	if url == "" {
+		url = serverURL
+	}
+	var buf bytes.Buffer
+	if err := render(&buf, url, token, id); err != nil {
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// render writes the system template for url, token and namespace: the
+// credentials Secret's name ends in the first 7 hex digits of the md5 of
+// url+token+namespace, and its values are base64, as Rancher's
+// SystemTemplate makes them.
+func render(w io.Writer, url, token, namespace string) error {
 	url = strings.TrimRight(url, "/")
-	sum := md5.Sum([]byte(url + token + clusterID))
-	data := manifestData{
+	sum := md5.Sum([]byte(url + token + namespace))
+	return manifest.Execute(w, manifestData{
 		TokenKey:  hex.EncodeToString(sum[:])[:7],
 		URL:       base64.StdEncoding.EncodeToString([]byte(url)),
 		Token:     base64.StdEncoding.EncodeToString([]byte(token)),
-		Namespace: base64.StdEncoding.EncodeToString([]byte(clusterID)),
+		Namespace: base64.StdEncoding.EncodeToString([]byte(namespace)),
 		URLPlain:  url,
 		Image:     AgentImage,
-	}
-	if err := manifest.Execute(w, data); err != nil {
-		w.WriteHeader(http.StatusInternalServerError)
-	}
+	})
 }
 
 type manifestData struct {

@@ -2,7 +2,9 @@ package rancher_test
 
 import (
 	"bytes"
+	"crypto/md5"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -145,11 +147,44 @@ func TestClusterRegistration(t *testing.T) {
 	}
 	text, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	ns := base64.StdEncoding.EncodeToString([]byte(id))
-	for _, want := range []string{"kind: Namespace", "name: cattle-credentials-", "namespace: \"" + ns + "\"", "name: cattle-cluster-agent", "kind: ClusterRoleBinding"} {
+	// As Rancher's import handler, the manifest carries no cluster id
+	// (an empty namespace) and the registration token of its name.
+	regTok := last["token"].(string)
+	if regTok == "" || !strings.Contains(manifest, "/v3/import/"+regTok+"_") {
+		t.Errorf("the token field %q is not the token its manifest URL names (%s)", regTok, manifest)
+	}
+	b64 := base64.StdEncoding.EncodeToString
+	key := func(url, tok, ns string) string {
+		sum := md5.Sum([]byte(url + tok + ns))
+		return hex.EncodeToString(sum[:])[:7]
+	}
+	for _, want := range []string{"kind: Namespace", "name: cattle-credentials-" + key(l.srv.URL, regTok, "") + "\n",
+		"namespace: \"\"", "token: \"" + b64([]byte(regTok)) + "\"", "url: \"" + b64([]byte(l.srv.URL)) + "\"",
+		"name: cattle-cluster-agent", "kind: ClusterRoleBinding"} {
 		if !strings.Contains(string(text), want) {
 			t.Errorf("the import manifest lacks %q", want)
 		}
+	}
+	if strings.Contains(string(text), b64([]byte(id))) {
+		t.Errorf("the import manifest names the cluster id")
+	}
+	// The manifest Rancher deploys once the agent connected names the
+	// cluster, with the cluster's default registration token.
+	redeploy, ok := l.r.ForCluster(id, l.srv.URL)
+	if !ok {
+		t.Fatal("no manifest for the cluster's redeploy")
+	}
+	if list[0]["name"] != "default-token" {
+		t.Fatalf("the first token: %v", list[0])
+	}
+	def := list[0]["token"].(string)
+	for _, want := range []string{"name: cattle-credentials-" + key(l.srv.URL, def, id) + "\n", "namespace: \"" + b64([]byte(id)) + "\"", "token: \"" + b64([]byte(def)) + "\""} {
+		if !strings.Contains(string(redeploy), want) {
+			t.Errorf("the redeploy's manifest lacks %q", want)
+		}
+	}
+	if _, ok := l.r.ForCluster("c-none", l.srv.URL); ok {
+		t.Error("a redeploy's manifest for no cluster")
 	}
 
 	if code, _ := l.call("DELETE", "/v3/clusters/"+id, nil, true); code != 200 {

@@ -51,10 +51,12 @@ type principal struct {
 	PrincipalType string `json:"principalType"`
 }
 
-// regToken is a cluster registration token's commands.
+// regToken is a cluster registration token's commands and its value
+// (the token field): a secret, never shown.
 type regToken struct {
 	Command         string `json:"command"`
 	InsecureCommand string `json:"insecureCommand"`
+	Token           string `json:"token"`
 }
 
 // collection is Rancher's list shape.
@@ -152,6 +154,22 @@ func (c *v3) registrationToken(ctx context.Context, id string) (regToken, error)
 		return regToken{}, fmt.Errorf("no registration token for cluster %s", id)
 	}
 	return list.Data[len(list.Data)-1], nil
+}
+
+// registrationTokens returns the values (the token field) of the
+// cluster's registration tokens. They are secrets: never shown.
+func (c *v3) registrationTokens(ctx context.Context, id string) ([]string, error) {
+	var list collection[regToken]
+	if err := c.call(ctx, "GET", "/v3/clusters/"+url.PathEscape(id)+"/clusterRegistrationTokens", nil, nil, &list); err != nil {
+		return nil, fmt.Errorf("reading the registration tokens of Rancher cluster %s: %w", id, err)
+	}
+	var out []string
+	for _, t := range list.Data {
+		if t.Token != "" {
+			out = append(out, t.Token)
+		}
+	}
+	return out, nil
 }
 
 // manifestURL is the import manifest's URL in a registration command:

@@ -1,6 +1,7 @@
 package rancher
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"strings"
 )
@@ -158,4 +159,30 @@ func reconcileBindings(clusterID string, ms []member, bindings []binding) []memb
 		}
 	}
 	return out
+}
+
+// agentIdentity is the id the cluster's Rancher agent is registered as,
+// from its credentials: the cluster id they name; else, when they name
+// none (an agent installed from Rancher's import manifest, which Rancher
+// renders without the id), the id of the Rancher cluster of the
+// cluster's name (clusterID, "" for none) when one of the agent's
+// registration tokens is one of that cluster's (regTokens): the agent was
+// installed from that cluster's registration. "" otherwise: no agent
+// Rancher's cluster can be shown to own. Tokens are compared in constant
+// time and never shown.
+func agentIdentity(creds agentCreds, clusterID string, regTokens []string) string {
+	if creds.id != "" {
+		return creds.id
+	}
+	if clusterID == "" {
+		return ""
+	}
+	for _, have := range creds.tokens {
+		for _, reg := range regTokens {
+			if have != "" && reg != "" && subtle.ConstantTimeCompare([]byte(have), []byte(reg)) == 1 {
+				return clusterID
+			}
+		}
+	}
+	return ""
 }

@@ -143,6 +143,38 @@ func TestManifestTarget(t *testing.T) {
 	}
 }
 
+// The agent's identity: the id its credentials name, else the id of the
+// Rancher cluster of the name one of whose registration tokens is the
+// agent's, else none.
+func TestAgentIdentity(t *testing.T) {
+	reg := []string{"tok-default-0123456789", "tok-crt-abcdefghij"}
+	for _, tc := range []struct {
+		name      string
+		creds     agentCreds
+		clusterID string
+		regTokens []string
+		want      string
+	}{
+		{"namespace set", agentCreds{id: "c-abc12"}, "c-abc12", reg, "c-abc12"},
+		{"namespace set, another cluster's", agentCreds{id: "c-other"}, "c-abc12", reg, "c-other"},
+		{"namespace set, tokens too: the namespace wins", agentCreds{id: "c-other", tokens: []string{"tok-crt-abcdefghij"}}, "c-abc12", reg, "c-other"},
+		{"empty namespace, matching token", agentCreds{tokens: []string{"tok-crt-abcdefghij"}}, "c-abc12", reg, "c-abc12"},
+		{"empty namespace, one of several tokens matches", agentCreds{tokens: []string{"tok-gone", "tok-default-0123456789"}}, "c-abc12", reg, "c-abc12"},
+		{"empty namespace, no token matches", agentCreds{tokens: []string{"tok-other-cluster"}}, "c-abc12", reg, ""},
+		{"empty namespace, a token's prefix is no match", agentCreds{tokens: []string{"tok-crt-abcdefghi"}}, "c-abc12", reg, ""},
+		{"empty namespace, no Rancher cluster of the name", agentCreds{tokens: []string{"tok-crt-abcdefghij"}}, "", nil, ""},
+		{"empty namespace, the cluster has no tokens", agentCreds{tokens: []string{"tok-crt-abcdefghij"}}, "c-abc12", nil, ""},
+		{"empty namespace, empty tokens never match", agentCreds{tokens: []string{""}}, "c-abc12", []string{""}, ""},
+		{"empty namespace, no token", agentCreds{}, "c-abc12", reg, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := agentIdentity(tc.creds, tc.clusterID, tc.regTokens); got != tc.want {
+				t.Errorf("agentIdentity = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // The Python tool's ensure_cluster decisions, and destroy's.
 func TestDecideCluster(t *testing.T) {
 	ours := &rcluster{ID: "c-abc12", Name: "example", State: "active"}

@@ -61,31 +61,63 @@ var (
 	namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 )
 
-// rancherID is the id Rancher gave the cluster, as its agent keeps it:
-// the namespace field of the first cattle-credentials Secret in
-// cattle-system that has one that decodes; "" without a Rancher agent.
-func (d *downstream) rancherID(ctx context.Context) (string, error) {
+// agentCreds is what the cluster's Rancher agent credentials say of its
+// registration: the cluster id of a cattle-credentials Secret that names
+// one (its namespace field, as Rancher writes it when it redeploys the
+// agent for the cluster), and the registration tokens of those that name
+// none (as the import manifest makes them). The tokens are secrets: they
+// are never shown.
+type agentCreds struct {
+	id     string
+	tokens []string
+}
+
+// agentCredentials reads the cattle-credentials Secrets in cattle-system:
+// id is the namespace field of the first that has one that decodes;
+// tokens are the token fields of those whose namespace is there and
+// empty. A Secret whose namespace is absent or does not decode counts
+// for neither. Nothing without a Rancher agent.
+func (d *downstream) agentCredentials(ctx context.Context) (agentCreds, error) {
 	ctx, cancel := context.WithTimeout(ctx, kubeTimeout)
 	defer cancel()
+	var out agentCreds
 	list, err := d.dyn.Resource(secretsGVR).Namespace(AgentNamespace).List(ctx, metav1.ListOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", nil
+		return out, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading the cluster's Rancher identity (Secrets in %s): %w", AgentNamespace, err)
+		// An error of a Secret list quotes no Secret's data.
+		return out, fmt.Errorf("reading the cluster's Rancher identity (Secrets in %s): %w", AgentNamespace, err)
 	}
 	for _, item := range list.Items {
 		if !strings.HasPrefix(item.GetName(), "cattle-credentials") {
 			continue
 		}
-		enc, _, _ := unstructured.NestedString(item.Object, "data", "namespace")
-		id, err := base64.StdEncoding.DecodeString(enc)
-		if enc == "" || err != nil || len(id) == 0 {
-			continue
+		ns, nsOK := decoded(item.Object, "namespace")
+		switch tok, _ := decoded(item.Object, "token"); {
+		case nsOK && ns != "":
+			if out.id == "" {
+				out.id = ns
+			}
+		case nsOK && tok != "":
+			out.tokens = append(out.tokens, tok)
 		}
-		return string(id), nil
 	}
-	return "", nil
+	return out, nil
+}
+
+// decoded is the base64 value of the Secret's data field; false when it
+// is absent or does not decode.
+func decoded(obj map[string]any, field string) (string, bool) {
+	enc, ok, _ := unstructured.NestedString(obj, "data", field)
+	if !ok {
+		return "", false
+	}
+	v, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		return "", false
+	}
+	return string(v), true
 }
 
 // manifestObjects parses a multi-document YAML manifest into its

@@ -102,7 +102,7 @@ type state struct {
 	// kubeconfig is set when the cluster has one (it was built).
 	kubeconfig bool
 	// agentID is the id the cluster's Rancher agent is registered as, ""
-	// without an agent.
+	// without an agent or when nothing shows which (agentIdentity).
 	agentID string
 	// agentUnknown says why the agent's id could not be read, for a
 	// teardown (the cluster's API is down, or its machines are gone);
@@ -117,7 +117,10 @@ type state struct {
 }
 
 // Observe reads the Rancher cluster of the cluster's name, the id the
-// cluster's Rancher agent is registered as, and, unless tearing down, the
+// cluster's Rancher agent is registered as (the cluster id its
+// credentials name, or, when they name none as the import manifest makes
+// them, that Rancher cluster's id when one of its registration tokens is
+// the agent's), and, unless tearing down, the
 // cluster's member bindings and every configured member's principal. A
 // member that does not resolve, or resolves to the same principal as a
 // member of the other tier, is an error: nothing is planned. For a
@@ -135,11 +138,14 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 	}
 	if env.Kubeconfig != nil {
 		st.kubeconfig = true
-		st.agentID, err = agentIDOf(ctx, env.Kubeconfig)
+		creds, err := readCredentials(ctx, env.Kubeconfig)
 		switch {
 		case err != nil && env.Teardown:
 			st.agentUnknown = err.Error()
 		case err != nil:
+			return nil, err
+		}
+		if st.agentID, err = identify(ctx, api, creds, st.cluster); err != nil {
 			return nil, err
 		}
 	}
@@ -157,14 +163,39 @@ func (p *Plugin) Observe(ctx context.Context, env reconcile.PluginEnv) (reconcil
 	return st, nil
 }
 
-// agentIDOf reads the id the Rancher agent of the cluster the kubeconfig
-// names is registered as.
-func agentIDOf(ctx context.Context, kubeconfig []byte) (string, error) {
+// readCredentials reads the credentials of the Rancher agent of the
+// cluster the kubeconfig names.
+func readCredentials(ctx context.Context, kubeconfig []byte) (agentCreds, error) {
 	d, err := newDownstream(kubeconfig)
+	if err != nil {
+		return agentCreds{}, err
+	}
+	return d.agentCredentials(ctx)
+}
+
+// identify returns the id the cluster's Rancher agent is registered as
+// (agentIdentity): when its credentials name no cluster id but carry
+// registration tokens, the registration tokens of cl, the Rancher
+// cluster of the cluster's name (nil for none), are read to compare.
+func identify(ctx context.Context, api *v3, creds agentCreds, cl *rcluster) (string, error) {
+	if creds.id != "" || len(creds.tokens) == 0 || cl == nil {
+		return agentIdentity(creds, "", nil), nil
+	}
+	reg, err := api.registrationTokens(ctx, cl.ID)
 	if err != nil {
 		return "", err
 	}
-	return d.rancherID(ctx)
+	return agentIdentity(creds, cl.ID, reg), nil
+}
+
+// agentID reads the id the cluster's Rancher agent is registered as,
+// with cl the Rancher cluster of the cluster's name (nil for none).
+func (d *downstream) agentID(ctx context.Context, api *v3, cl *rcluster) (string, error) {
+	creds, err := d.agentCredentials(ctx)
+	if err != nil {
+		return "", err
+	}
+	return identify(ctx, api, creds, cl)
 }
 
 // resolveMembers resolves every member to its principal (a search, which
@@ -401,7 +432,7 @@ func (p *Plugin) install(ctx context.Context, api *v3, env reconcile.PluginEnv, 
 	if err != nil {
 		return "", err
 	}
-	switch agentID, err := d.rancherID(ctx); {
+	switch agentID, err := d.agentID(ctx, api, cl); {
 	case err != nil:
 		return "", err
 	case agentID == cl.ID:
@@ -471,7 +502,7 @@ func (p *Plugin) delete(ctx context.Context, api *v3, env reconcile.PluginEnv, o
 	if err != nil {
 		return err
 	}
-	agentID, err := d.rancherID(ctx)
+	agentID, err := d.agentID(ctx, api, cl)
 	if err != nil {
 		return err
 	}

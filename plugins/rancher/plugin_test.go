@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/taloscluster/taloscluster/lab/kube/realkube"
 	labrancher "github.com/taloscluster/taloscluster/lab/rancher"
@@ -204,20 +205,27 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As from a real Rancher, the agent's credentials name no cluster id:
+	// their token is the registration token the manifest was fetched
+	// with, which proves the agent is this registration's.
+	regToken := importedToken(t, w.lab.Requests())
 	var creds string
 	for _, s := range secrets.Items {
-		if strings.HasPrefix(s.Name, "cattle-credentials-") && string(s.Data["namespace"]) == id {
+		if strings.HasPrefix(s.Name, "cattle-credentials-") && string(s.Data["namespace"]) == "" && string(s.Data["token"]) == regToken {
 			creds = s.Name
 		}
 	}
 	if creds == "" {
-		t.Fatalf("no cattle-credentials Secret naming %s on the cluster: %v", id, secrets.Items)
+		t.Fatalf("no cattle-credentials Secret with an empty namespace and the registration token on the cluster: %v", secrets.Items)
 	}
 	if _, err := realkube.Client(t, cp.Admin).AppsV1().Deployments("cattle-system").Get(t.Context(), "cattle-cluster-agent", metav1.GetOptions{}); err != nil {
 		t.Errorf("the agent's Deployment: %v", err)
 	}
 	if again := steps(t, p, env); len(again) != 0 {
-		t.Fatalf("the plan after applying is %v, want nothing", names(again))
+		t.Fatalf("the plan after applying is %v, want nothing (no second install)", names(again))
+	}
+	if n := len(importPaths1(w.lab.Requests())); n != 1 {
+		t.Errorf("the import manifest was fetched %d times, want once", n)
 	}
 
 	// bob replaced by carol: carol is added, bob's binding removed.
@@ -285,15 +293,40 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 	if _, err := p.Apply(t.Context(), td, mismatch[0]); err == nil || !strings.Contains(err.Error(), "does not match the downstream cluster (c-other)") {
 		t.Errorf("teardown with another agent id: %v", err)
 	}
+
+	// Credentials without a cluster id whose token is no registration
+	// token of the Rancher cluster: nothing shows the agent is its, so
+	// converge refuses the active cluster and destroy will not delete it.
+	sec.Data["namespace"], sec.Data["token"] = []byte{}, []byte("another-registration-token")
+	if sec, err = core.Secrets("cattle-system").Update(t.Context(), sec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.lab.SetState(id, "active")
+	if refused := steps(t, p, changed); len(refused) != 1 || refused[0].Action != plan.ActionRefuse || !strings.Contains(refused[0].Reason, "no Rancher agent") {
+		t.Fatalf("converge with an agent of another registration: %v", refused)
+	}
+	unproven := steps(t, p, td)
+	if len(unproven) != 1 {
+		t.Fatalf("teardown with an agent of another registration: %v", names(unproven))
+	}
+	if _, err := p.Apply(t.Context(), td, unproven[0]); err == nil || !strings.Contains(err.Error(), "no cattle-cluster-agent") {
+		t.Errorf("teardown with an agent of another registration: %v", err)
+	}
 	if len(w.lab.Clusters()) != 1 {
 		t.Fatal("a refused teardown deleted the Rancher cluster")
 	}
-	sec.Data["namespace"] = []byte(id)
+	// The credentials as the import manifest made them again: the token
+	// proves the registration, and destroy deletes it.
+	sec.Data["namespace"], sec.Data["token"] = []byte{}, []byte(regToken)
 	if _, err := core.Secrets("cattle-system").Update(t.Context(), sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
 	teardown := steps(t, p, td)
+	data, _ = json.Marshal(teardown)
+	if strings.Contains(string(data), regToken) {
+		t.Errorf("the teardown plan shows the registration token: %s", data)
+	}
 	if got, want := names(teardown), []string{"delete rancher-cluster " + c.Name, "delete rancher-agent cattle-system"}; !slices.Equal(got, want) {
 		t.Fatalf("teardown %v, want %v", got, want)
 	}
@@ -307,6 +340,29 @@ func TestRegistrationOnARealAPIServer(t *testing.T) {
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
+}
+
+// importPaths1 are the paths of the import manifest's requests.
+func importPaths1(reqs []labrancher.Request) []string {
+	var out []string
+	for _, r := range reqs {
+		if strings.HasPrefix(r.Path, "/v3/import/") {
+			out = append(out, r.Path)
+		}
+	}
+	return out
+}
+
+// importedToken is the registration token of the last import manifest
+// fetched: the one its Secret carries.
+func importedToken(t *testing.T, reqs []labrancher.Request) string {
+	t.Helper()
+	paths := importPaths1(reqs)
+	if len(paths) == 0 {
+		t.Fatal("no import manifest was fetched")
+	}
+	tok, _, _ := strings.Cut(strings.TrimPrefix(paths[len(paths)-1], "/v3/import/"), "_")
+	return tok
 }
 
 // importPaths are the paths of the import manifest's requests, by the
@@ -390,13 +446,15 @@ func TestImportManifestElsewhere(t *testing.T) {
 	if len(paths) != 1 || len(paths[otherHost]) == 0 || bearer {
 		t.Errorf("the import manifest's requests: %v (a bearer token: %v); want them at %s only, without one", paths, bearer, otherHost)
 	}
-	id := w.lab.Clusters()[0].ID
+	regToken := importedToken(t, w.lab.Requests())
 	secrets, err := realkube.Client(t, cp.Admin).CoreV1().Secrets("cattle-system").List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(secrets.Items, func(s corev1.Secret) bool { return string(s.Data["namespace"]) == id }) {
-		t.Errorf("no cattle-credentials Secret naming %s after the install", id)
+	if !slices.ContainsFunc(secrets.Items, func(s corev1.Secret) bool {
+		return string(s.Data["namespace"]) == "" && string(s.Data["token"]) == regToken
+	}) {
+		t.Errorf("no cattle-credentials Secret with the registration token after the install")
 	}
 	if again := steps(t, w.plug, env); len(again) != 0 {
 		t.Errorf("the plan after the install: %v", names(again))
@@ -635,5 +693,57 @@ func TestTeardownUnreadableAgent(t *testing.T) {
 	}
 	if m := mutations(w.lab.Requests()); len(m) != 0 || len(w.lab.Clusters()) != 1 {
 		t.Errorf("a teardown that could not read the agent changed Rancher: %v", m)
+	}
+}
+
+// TestAfterRancherRedeploys: once the agent connected, Rancher deploys
+// its manifest for the cluster, whose credentials name the cluster id:
+// that id is the agent's, the plan stays empty, and destroy deletes the
+// registration.
+func TestAfterRancherRedeploys(t *testing.T) {
+	t.Parallel()
+	cp := realkube.Start(t, realkube.Options{})
+	kubeconfig, err := os.ReadFile(cp.Kubeconfig(t, "admin", "system:masters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	core := realkube.Client(t, cp.Admin).CoreV1()
+	w := newWorld(t, labrancher.Options{})
+	c := load(t, w.srv.URL, "  admins: []\n")
+	env := reconcile.PluginEnv{Cluster: c, Kubeconfig: kubeconfig}
+	apply(t, w.plug, env, steps(t, w.plug, env))
+	id := w.lab.Clusters()[0].ID
+	w.lab.SetState(id, "active")
+
+	manifest, ok := w.lab.ForCluster(id, w.srv.URL)
+	if !ok {
+		t.Fatal("no manifest for the redeploy")
+	}
+	var sec corev1.Secret
+	for _, doc := range strings.Split(string(manifest), "\n---\n") {
+		if strings.Contains(doc, "\nkind: Secret\n") {
+			if err := yaml.Unmarshal([]byte(doc), &sec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if string(sec.Data["namespace"]) != id {
+		t.Fatalf("the redeploy's Secret %s names %q, want %s", sec.Name, sec.Data["namespace"], id)
+	}
+	if _, err := core.Secrets("cattle-system").Create(t.Context(), &sec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if again := steps(t, w.plug, env); len(again) != 0 {
+		t.Fatalf("the plan after the redeploy: %v", names(again))
+	}
+	td := env
+	td.Teardown = true
+	teardown := steps(t, w.plug, td)
+	if got, want := names(teardown), []string{"delete rancher-cluster " + c.Name, "delete rancher-agent cattle-system"}; !slices.Equal(got, want) {
+		t.Fatalf("teardown %v, want %v", got, want)
+	}
+	apply(t, w.plug, td, teardown)
+	if left := w.lab.Clusters(); len(left) != 0 {
+		t.Errorf("Rancher's clusters after the teardown: %v", left)
 	}
 }
