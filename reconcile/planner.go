@@ -138,6 +138,9 @@ func Plan(want *Desired, obs *Observation, infra Infra, warnings []spec.Problem)
 	for _, name := range pluginsIdle(c, want.Plugins) {
 		p.Warn(fmt.Sprintf("the %s section %s: the %s plugin does not run, and converge will not touch what it registered before", name, idleReason(name), name))
 	}
+	for _, msg := range pluginWarnings(c, want.Plugins) {
+		p.Warn(msg)
+	}
 	for _, name := range pluginNamesWithout(c, want.Plugins) {
 		p.Warn(fmt.Sprintf("the %s section is validated, but the %s plugin does not run here yet; converge will not touch it", name, name))
 	}

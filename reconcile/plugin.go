@@ -65,6 +65,31 @@ func (e *Engine) preflightPlugins() error {
 	return errors.Join(errs...)
 }
 
+// PluginWarner is a plugin with warnings about its section that need no
+// I/O (traefik without the Gateway API, say); plan shows them with the
+// config warnings.
+type PluginWarner interface {
+	Warnings(c *spec.Cluster) []string
+}
+
+// pluginWarnings are the configured plugins' warnings, each prefixed
+// with its plugin's name.
+func pluginWarnings(c *spec.Cluster, plugins []Plugin) []string {
+	ordered, err := orderPlugins(plugins, c)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, pl := range ordered {
+		if w, ok := pl.(PluginWarner); ok {
+			for _, msg := range w.Warnings(c) {
+				out = append(out, pl.Name()+": "+msg)
+			}
+		}
+	}
+	return out
+}
+
 // PluginState is what a plugin's Observe read, for its Plan.
 type PluginState any
 

@@ -101,3 +101,18 @@ func TestPluginRefusalIsThePluginsStep(t *testing.T) {
 		t.Errorf("tearing down: %+v", st)
 	}
 }
+
+// warnPlugin warns about its section.
+type warnPlugin struct{ stepsPlugin }
+
+func (warnPlugin) Warnings(*spec.Cluster) []string { return []string{"gateway is off while traefik is on"} }
+
+// The configured plugins' warnings carry their plugin's name, in the
+// plugins' order.
+func TestPluginWarnings(t *testing.T) {
+	t.Parallel()
+	got := pluginWarnings(&spec.Cluster{}, []Plugin{stepsPlugin{name: "argocd"}, warnPlugin{stepsPlugin{name: "charts"}}})
+	if len(got) != 1 || got[0] != "charts: gateway is off while traefik is on" {
+		t.Errorf("warnings %q", got)
+	}
+}
