@@ -159,14 +159,59 @@ func lastRelease(cfg *action.Configuration, name string) (*release.Release, erro
 	return nil, nil
 }
 
-// stuck reports a release status Helm refuses to upgrade from: it is
-// uninstalled first, as the Python tool does.
-func stuck(status string) bool {
-	switch common.Status(status) {
-	case common.StatusPendingInstall, common.StatusPendingUpgrade, common.StatusPendingRollback, common.StatusUninstalling:
-		return true
+// releasesNamed are the latest revisions of the releases named name in
+// every namespace, as helm list --all --all-namespaces shows them (one
+// uninstalled with its history kept is left out), by namespace.
+func (k *kube) releasesNamed(name string) (map[string]*release.Release, error) {
+	cfg, err := k.helm("")
+	if err != nil {
+		return nil, err
 	}
-	return false
+	l := action.NewList(cfg)
+	l.All, l.AllNamespaces = true, true
+	l.StateMask = action.ListAll
+	l.Filter = "^" + regexp.QuoteMeta(name) + "$"
+	list, err := l.Run()
+	if err != nil {
+		return nil, fmt.Errorf("listing Helm releases in all namespaces: %w", err)
+	}
+	out := map[string]*release.Release{}
+	for _, r := range list {
+		rel, ok := r.(*release.Release)
+		if !ok || rel.Name != name || rel.Info == nil || rel.Info.Status == common.StatusUninstalled {
+			continue
+		}
+		out[rel.Namespace] = rel
+	}
+	return out, nil
+}
+
+// lastGood is the newest revision before the release's latest that was
+// deployed (superseded since, or still marked deployed): what a
+// rollback returns to; 0 for none.
+func lastGood(cfg *action.Configuration, name string, latest int) (int, error) {
+	history, err := cfg.Releases.History(name)
+	if err != nil {
+		return 0, fmt.Errorf("reading the release's history: %w", err)
+	}
+	good := 0
+	for _, r := range history {
+		rel, ok := r.(*release.Release)
+		if !ok || rel.Info == nil || rel.Version >= latest || rel.Version <= good {
+			continue
+		}
+		if rel.Info.Status == common.StatusDeployed || rel.Info.Status == common.StatusSuperseded {
+			good = rel.Version
+		}
+	}
+	return good, nil
+}
+
+// pendingChange reports a status an upgrade or a rollback left behind
+// when it never finished.
+func pendingChange(status string) bool {
+	s := common.Status(status)
+	return s == common.StatusPendingUpgrade || s == common.StatusPendingRollback
 }
 
 func (k *kube) resource(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {

@@ -156,7 +156,20 @@ func TestReleaseDrift(t *testing.T) {
 		{"up to date, pinned with a v", func(*releaseState) {}, "", ""},
 		{"missing", func(r *releaseState) { r.exists = false }, plan.ActionCreate, "not installed"},
 		{"failed", func(r *releaseState) { r.status = "failed" }, plan.ActionUpdate, "its status is failed"},
-		{"stuck", func(r *releaseState) { r.status = "pending-upgrade" }, plan.ActionUpdate, "uninstalled and installed again"},
+		{"pending upgrade", func(r *releaseState) { r.status, r.revision, r.lastGood = "pending-upgrade", 3, 2 }, plan.ActionUpdate,
+			"an upgrade that never finished, or is still running): it is rolled back to revision 2, its last good one, and then upgraded"},
+		{"pending rollback", func(r *releaseState) { r.status, r.revision, r.lastGood = "pending-rollback", 5, 3 }, plan.ActionUpdate,
+			"a rollback that never finished, or is still running): it is rolled back to revision 3"},
+		{"pending upgrade, nothing good before", func(r *releaseState) { r.status, r.revision = "pending-upgrade", 2 }, plan.ActionReplace,
+			"no earlier revision was deployed to roll back to: it is uninstalled and installed again"},
+		{"pending install", func(r *releaseState) { r.status, r.revision = "pending-install", 1 }, plan.ActionReplace,
+			"its status is pending-install: its first install never finished, so it is uninstalled and installed again"},
+		{"uninstalling", func(r *releaseState) { r.status, r.revision = "uninstalling", 4 }, plan.ActionRefuse,
+			"release traefik/traefik has status uninstalling: someone is uninstalling it"},
+		{"moved", func(r *releaseState) { r.exists, r.elsewhere = false, []string{"ingress"} }, plan.ActionRefuse,
+			"release traefik is in namespace ingress, and the entry's namespace is traefik: moving a release between namespaces is not done: " +
+				"uninstall it from ingress first, or set namespace back"},
+		{"moved, a copy in both", func(r *releaseState) { r.elsewhere = []string{"ingress"} }, plan.ActionRefuse, "uninstall it from ingress first"},
 		{"pinned differs", func(r *releaseState) { r.Version = "1.22.0" }, plan.ActionUpdate, "differs from the pinned"},
 		{"values", func(r *releaseState) { r.values = map[string]any{} }, plan.ActionUpdate, "chart values changed"},
 		{"latest, newer", func(r *releaseState) { r.Version, r.resolved = "", "1.22.0" }, plan.ActionUpdate, "newer chart version"},
@@ -171,9 +184,20 @@ func TestReleaseDrift(t *testing.T) {
 			t.Errorf("%s: %v", tc.name, stepNames(steps))
 		case tc.action != "" && (len(steps) != 1 || steps[0].Action != tc.action || !strings.Contains(steps[0].Reason, tc.reason)):
 			t.Errorf("%s: %v", tc.name, steps)
+		case tc.action == plan.ActionRefuse:
+			if steps[0].Op != nil {
+				t.Errorf("%s: a refusal with an operation", tc.name)
+			}
 		case tc.action != "":
-			if op := steps[0].Op.(deployRelease); op.version == "" {
+			op := steps[0].Op.(deployRelease)
+			if op.version == "" {
 				t.Errorf("%s: no version to install", tc.name)
+			}
+			if op.revision != rs.revision || (rs.exists && op.status != rs.status) {
+				t.Errorf("%s: the step expects %s at %d", tc.name, op.status, op.revision)
+			}
+			if op.rollbackTo != rs.lastGood || op.reinstall != (tc.action == plan.ActionReplace) {
+				t.Errorf("%s: rollback to %d, reinstall %v", tc.name, op.rollbackTo, op.reinstall)
 			}
 		}
 	}
@@ -326,4 +350,14 @@ func TestVersionConstraint(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRefusalIsTheEntrysOnlyStep: a refused release's entry plans nothing
+// else (not its namespace); the other entries are planned.
+func TestRefusalIsTheEntrysOnlyStep(t *testing.T) {
+	t.Parallel()
+	moved := chartEntry("lab-app", true, releaseState{ns: namespaceState{name: "lab-new"}, elsewhere: []string{"lab-app"}})
+	got := planOf(t, moved, metallb(true, false))
+	want(t, "moved", got, []string{"refuse helm-release lab-new/lab-app",
+		"create helm-release metallb-system/metallb", "create ipaddresspool metallb-system/external", "create l2advertisement metallb-system/external"})
 }

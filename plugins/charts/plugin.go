@@ -14,6 +14,7 @@ import (
 
 	"helm.sh/helm/v4/pkg/action"
 	helmkube "helm.sh/helm/v4/pkg/kube"
+	"helm.sh/helm/v4/pkg/release/common"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -109,6 +110,13 @@ type releaseState struct {
 	// (matching the constraint).
 	resolved string
 	ns       namespaceState
+	// revision is the latest revision's number; lastGood the newest
+	// deployed (or superseded) one before it, 0 for none: read for a
+	// release an upgrade or a rollback left pending.
+	revision, lastGood int
+	// elsewhere are the other namespaces holding a release of the same
+	// name (the entry's namespace was changed, say).
+	elsewhere []string
 }
 
 // entryState is what Observe read of one entry.
@@ -205,23 +213,36 @@ func (p *Plugin) observeEntry(ctx context.Context, k *kube, r *repos, e Entry, x
 }
 
 // observeRelease reads a release through the Helm SDK (the latest
-// revision, its status, chart version and user-supplied values), its
-// namespace and, with resolve set, the newest version in its repository
-// (matching its version constraint).
+// revision, its status, chart version and user-supplied values, and for
+// one left pending by an upgrade or a rollback its last good revision),
+// the releases of its name in other namespaces, its namespace and, with
+// resolve set, the newest version in its repository (matching its version
+// constraint).
 func (p *Plugin) observeRelease(ctx context.Context, k *kube, r *repos, rel Release, resolve bool) (releaseState, error) {
 	rs := releaseState{Release: rel}
-	cfg, err := k.helm(rel.Namespace)
-	if err != nil {
-		return rs, err
-	}
-	have, err := lastRelease(cfg, rel.Name)
+	found, err := k.releasesNamed(rel.Name)
 	if err != nil {
 		return rs, fmt.Errorf("release %s/%s: %w", rel.Namespace, rel.Name, err)
 	}
-	if have != nil {
-		rs.exists, rs.status, rs.values = true, string(have.Info.Status), have.Config
+	for ns := range found {
+		if ns != rel.Namespace {
+			rs.elsewhere = append(rs.elsewhere, ns)
+		}
+	}
+	slices.Sort(rs.elsewhere)
+	if have := found[rel.Namespace]; have != nil {
+		rs.exists, rs.status, rs.values, rs.revision = true, string(have.Info.Status), have.Config, have.Version
 		if have.Chart != nil && have.Chart.Metadata != nil {
 			rs.installed = have.Chart.Metadata.Version
+		}
+		if pendingChange(rs.status) {
+			cfg, err := k.helm(rel.Namespace)
+			if err != nil {
+				return rs, err
+			}
+			if rs.lastGood, err = lastGood(cfg, rel.Name, rs.revision); err != nil {
+				return rs, fmt.Errorf("release %s/%s: %w", rel.Namespace, rel.Name, err)
+			}
 		}
 	}
 	if resolve {
@@ -342,10 +363,19 @@ func parseManifest(data []byte) ([]*unstructured.Unstructured, error) {
 type (
 	// deployRelease installs or upgrades a release with the chart version
 	// given (the pinned one, or the newest, matching a constraint, that
-	// Observe read).
+	// Observe read). status and revision are the release's as the plan
+	// read them ("" and 0: not installed); the step fails when they
+	// changed since. A release left pending is first rolled back to
+	// rollbackTo (an upgrade or a rollback that never finished), or
+	// uninstalled when reinstall is set (a first install that never
+	// finished).
 	deployRelease struct {
-		rel     Release
-		version string
+		rel        Release
+		version    string
+		status     string
+		revision   int
+		rollbackTo int
+		reinstall  bool
 	}
 	uninstallRelease struct{ entry, name, namespace string }
 	// applyObject applies an object, after waiting (best effort) for the
@@ -393,7 +423,9 @@ func (*Plugin) Plan(_ *spec.Cluster, s reconcile.PluginState) ([]plan.Change, er
 		case e.Manifest():
 			pl.deleteObjects(e.Name, es.manifest)
 		case e.Enabled:
-			pl.converge(es)
+			if !pl.refuse(es) {
+				pl.converge(es)
+			}
 		default:
 			pl.remove(es, "charts."+e.Name+" is disabled")
 		}
@@ -491,6 +523,37 @@ func (pl *planner) converge(es entryState) {
 	}
 }
 
+// refuse plans, for an enabled chart entry one of whose wanted releases
+// must not be touched, a refusal for each such release and nothing else
+// of the entry; it reports whether it did. A release of the entry's name
+// in another namespace is not moved (Helm would find the objects owned by
+// the other release, or two copies would run); a release being
+// uninstalled is someone's operation in progress.
+func (pl *planner) refuse(es entryState) bool {
+	refused := false
+	for _, rs := range es.releases {
+		if !rs.Wanted {
+			continue
+		}
+		res := plan.Resource{Kind: KindRelease, Name: rs.Namespace + "/" + rs.Name}
+		var reason string
+		switch {
+		case len(rs.elsewhere) > 0:
+			old := strings.Join(rs.elsewhere, ", ")
+			reason = "charts." + rs.Entry + ": release " + rs.Name + " is in namespace " + old + ", and the entry's namespace is " + rs.Namespace +
+				": moving a release between namespaces is not done: uninstall it from " + old + " first, or set namespace back"
+		case rs.exists && rs.status == string(common.StatusUninstalling):
+			reason = "charts." + rs.Entry + ": release " + rs.Namespace + "/" + rs.Name + " has status " + rs.status +
+				": someone is uninstalling it; it is left alone until that is done"
+		default:
+			continue
+		}
+		refused = true
+		pl.add(plan.Change{Action: plan.ActionRefuse, Resource: res, Reason: reason})
+	}
+	return refused
+}
+
 // remove plans the removal of a chart entry's objects, releases and the
 // namespaces the plugin created.
 func (pl *planner) remove(es entryState, reason string) {
@@ -571,15 +634,33 @@ func (pl *planner) release(rs releaseState) {
 	attrs := []plan.Attribute{{Key: "chart", Value: rs.Chart}, {Key: "repo", Value: rs.Repo}}
 	var reason string
 	action := plan.ActionUpdate
+	op := deployRelease{rel: rs.Release, version: desired, revision: rs.revision}
+	if rs.exists {
+		op.status = rs.status
+	}
 	switch {
 	case !rs.exists:
 		action, reason = plan.ActionCreate, "not installed"
 		attrs = append(attrs, plan.Attribute{Key: "version", Value: desired})
+	case pendingChange(rs.status) && rs.lastGood > 0:
+		op.rollbackTo = rs.lastGood
+		what := "an upgrade"
+		if rs.status == string(common.StatusPendingRollback) {
+			what = "a rollback"
+		}
+		reason = fmt.Sprintf("its status is %s (%s that never finished, or is still running): it is rolled back to revision %d, "+
+			"its last good one, and then upgraded", rs.status, what, rs.lastGood)
+		attrs = append(attrs, plan.Attribute{Key: "rollback", Value: fmt.Sprintf("revision %d -> %d", rs.revision, rs.lastGood)},
+			plan.Attribute{Key: "version", Value: desired})
+	case pendingChange(rs.status) || rs.status == string(common.StatusPendingInstall):
+		action, op.reinstall = plan.ActionReplace, true
+		reason = "its status is " + rs.status + ": its first install never finished, so it is uninstalled and installed again"
+		if rs.status != string(common.StatusPendingInstall) {
+			reason = "its status is " + rs.status + " and no earlier revision was deployed to roll back to: it is uninstalled and installed again"
+		}
+		attrs = append(attrs, plan.Attribute{Key: "version", Value: desired})
 	case rs.status != "deployed":
 		reason = "its status is " + rs.status
-		if stuck(rs.status) {
-			reason += ": it is uninstalled and installed again"
-		}
 	case rs.Version != "" && !constraint && !SameVersion(rs.installed, rs.Version):
 		reason = "its chart version differs from the pinned one"
 		attrs = append(attrs, plan.Attribute{Key: "version", Value: rs.installed + " -> " + rs.Version})
@@ -599,7 +680,7 @@ func (pl *planner) release(rs releaseState) {
 	}
 	attrs = append(attrs, plan.Attribute{Key: "values", Value: ShowValues(rs.Values)})
 	pl.add(plan.Change{Action: action, Resource: res, Reason: "charts." + rs.Entry + ": " + reason, Attributes: attrs,
-		Expects: "the release is as read", Op: deployRelease{rel: rs.Release, version: desired}})
+		Expects: "the release's status and revision are as read", Op: op})
 }
 
 func (pl *planner) uninstall(rs releaseState, reason string) {
@@ -763,8 +844,10 @@ func (p *Plugin) Apply(ctx context.Context, env reconcile.PluginEnv, ch plan.Cha
 }
 
 // deploy installs or upgrades a release through the Helm SDK with the
-// chart version the step names, without waiting for its workloads. A
-// release found stuck (pending or uninstalling) is uninstalled first.
+// chart version the step names, without waiting for its workloads, once
+// its status and revision are read again and found as the plan read
+// them. A release left pending is rolled back to its last good revision,
+// or uninstalled, first, as the step says.
 func (p *Plugin) deploy(ctx context.Context, k *kube, op deployRelease) error {
 	rel := op.rel
 	cfg, err := k.helm(rel.Namespace)
@@ -775,11 +858,27 @@ func (p *Plugin) deploy(ctx context.Context, k *kube, op deployRelease) error {
 	if err != nil {
 		return err
 	}
-	if have != nil && stuck(string(have.Info.Status)) {
+	status, revision := "", 0
+	if have != nil {
+		status, revision = string(have.Info.Status), have.Version
+	}
+	if status != op.status || revision != op.revision {
+		return fmt.Errorf("release %s/%s changed since the plan (%s, now %s); plan again",
+			rel.Namespace, rel.Name, describeRelease(op.status, op.revision), describeRelease(status, revision))
+	}
+	switch {
+	case op.reinstall:
 		if err := uninstall(k, rel.Name, rel.Namespace); err != nil {
 			return err
 		}
 		have = nil
+	case op.rollbackTo > 0:
+		rb := action.NewRollback(cfg)
+		rb.Version, rb.Timeout, rb.WaitStrategy = op.rollbackTo, helmTimeout, helmkube.HookOnlyStrategy
+		rb.Description = fmt.Sprintf("taloscluster: rollback from %s revision %d", status, revision)
+		if err := rb.Run(rel.Name); err != nil {
+			return fmt.Errorf("rolling back %s/%s to revision %d: %w", rel.Namespace, rel.Name, op.rollbackTo, err)
+		}
 	}
 	r := p.fetch.repos()
 	cv, err := r.version(ctx, rel.Repo, rel.Chart, op.version)
@@ -821,6 +920,14 @@ func (p *Plugin) deploy(ctx context.Context, k *kube, op deployRelease) error {
 		return fmt.Errorf("upgrading %s to %s: %w", rel.Chart, cv.Version, err)
 	}
 	return nil
+}
+
+// describeRelease says a release's status and revision as read.
+func describeRelease(status string, revision int) string {
+	if status == "" {
+		return "not installed"
+	}
+	return fmt.Sprintf("%s at revision %d", status, revision)
 }
 
 // uninstall removes a release through the Helm SDK; a release gone is
