@@ -105,7 +105,9 @@ func TestPluginRefusalIsThePluginsStep(t *testing.T) {
 // warnPlugin warns about its section.
 type warnPlugin struct{ stepsPlugin }
 
-func (warnPlugin) Warnings(*spec.Cluster) []string { return []string{"gateway is off while traefik is on"} }
+func (warnPlugin) Warnings(*spec.Cluster) []string {
+	return []string{"gateway is off while traefik is on"}
+}
 
 // The configured plugins' warnings carry their plugin's name, in the
 // plugins' order.
