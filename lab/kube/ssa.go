@@ -70,7 +70,7 @@ func decodeManaged(entries []metav1.ManagedFieldsEntry) (fieldpath.ManagedFields
 	for _, e := range entries {
 		set := &fieldpath.Set{}
 		if e.FieldsV1 != nil {
-			if err := set.FromJSON(strings.NewReader(string(e.FieldsV1.Raw))); err != nil {
+			if err := set.FromJSON(e.FieldsV1.GetRawReader()); err != nil {
 				continue
 			}
 		}
@@ -100,7 +100,7 @@ func encodeManaged(managed fieldpath.ManagedFields, times map[string]*metav1.Tim
 			return nil, err
 		}
 		e.FieldsType = "FieldsV1"
-		e.FieldsV1 = &metav1.FieldsV1{Raw: raw}
+		e.FieldsV1 = metav1.NewFieldsV1(string(raw))
 		e.Time = times[key]
 		if key == writer || e.Time == nil {
 			e.Time = &now

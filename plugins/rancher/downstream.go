@@ -198,20 +198,6 @@ func redactStatus(err error) error {
 	return fmt.Errorf("%s (%d)", s.Reason, s.Code)
 }
 
-// hasAgentNamespace reports whether cattle-system exists.
-func (d *downstream) hasAgentNamespace(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, kubeTimeout)
-	defer cancel()
-	_, err := d.dyn.Resource(namespacesGVR).Get(ctx, AgentNamespace, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("reading namespace %s: %w", AgentNamespace, err)
-	}
-	return true, nil
-}
-
 // removeAgent deletes cattle-system without waiting for it to go; a
 // namespace already gone is done.
 func (d *downstream) removeAgent(ctx context.Context) error {

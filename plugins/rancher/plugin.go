@@ -426,7 +426,7 @@ func (p *Plugin) install(ctx context.Context, api *v3, env reconcile.PluginEnv, 
 		return "", fmt.Errorf("finding the Rancher cluster: %w", err)
 	}
 	if cl == nil {
-		return "", fmt.Errorf("Rancher has no cluster named '%s' to install the agent of", name)
+		return "", fmt.Errorf("there is no Rancher cluster named '%s' to install the agent of", name)
 	}
 	d, err := newDownstream(env.Kubeconfig)
 	if err != nil {
@@ -465,7 +465,7 @@ func (p *Plugin) add(ctx context.Context, api *v3, name string, m member) (strin
 		return "", fmt.Errorf("finding the Rancher cluster: %w", err)
 	}
 	if cl == nil {
-		return "", fmt.Errorf("Rancher has no cluster named '%s' to add %s to", name, m.Name)
+		return "", fmt.Errorf("there is no Rancher cluster named '%s' to add %s to", name, m.Name)
 	}
 	bindings, err := api.listBindings(ctx, cl.ID)
 	if err != nil {
@@ -493,7 +493,7 @@ func (p *Plugin) delete(ctx context.Context, api *v3, env reconcile.PluginEnv, o
 		return nil
 	}
 	if cl.ID != op.id {
-		return fmt.Errorf("Rancher cluster '%s' is %s now, not %s as planned; refuse to delete it", op.name, cl.ID, op.id)
+		return fmt.Errorf("the Rancher cluster '%s' is %s now, not %s as planned; refuse to delete it", op.name, cl.ID, op.id)
 	}
 	if env.Kubeconfig == nil {
 		return fmt.Errorf("the cluster has no kubeconfig: nothing shows Rancher cluster %s is this cluster's; refuse to delete it", cl.ID)
@@ -508,9 +508,9 @@ func (p *Plugin) delete(ctx context.Context, api *v3, env reconcile.PluginEnv, o
 	}
 	switch {
 	case agentID == "":
-		return fmt.Errorf("Rancher cluster '%s' (%s) has no cattle-cluster-agent on the downstream cluster, so it is not this cluster; refuse to delete it", op.name, cl.ID)
+		return fmt.Errorf("the Rancher cluster '%s' (%s) has no cattle-cluster-agent on the downstream cluster, so it is not this cluster; refuse to delete it", op.name, cl.ID)
 	case agentID != cl.ID:
-		return fmt.Errorf("Rancher cluster '%s' (%s) does not match the downstream cluster (%s); refuse to delete it", op.name, cl.ID, agentID)
+		return fmt.Errorf("the Rancher cluster '%s' (%s) does not match the downstream cluster (%s); refuse to delete it", op.name, cl.ID, agentID)
 	}
 	if err := api.deleteCluster(ctx, cl.ID); err != nil && !notFound(err) {
 		return fmt.Errorf("deleting Rancher cluster %s: %w", cl.ID, err)
