@@ -2,11 +2,9 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/taloscluster/taloscluster/lab"
 	labcharts "github.com/taloscluster/taloscluster/lab/charts"
@@ -33,17 +31,11 @@ func startCharts(l *lab.Lab) (*chartsLab, error) {
 	if err != nil {
 		return nil, err
 	}
-	tlsCfg, err := l.CA.ServerTLS("127.0.0.1", "localhost")
+	hs, url, err := serveTLS(l, repo, "the chart repository")
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("listening for the chart repository: %w", err)
-	}
-	hs := &http.Server{Handler: repo, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.ServeTLS(ln, "", "") }()
-	return &chartsLab{repo: repo, http: hs, url: "https://" + ln.Addr().String()}, nil
+	return &chartsLab{repo: repo, http: hs, url: url}, nil
 }
 
 func (c *chartsLab) close() { _ = c.http.Close() }

@@ -47,17 +47,27 @@ func startRancher(l *lab.Lab) (*rancherLab, error) {
 	for _, login := range rancherUsers {
 		srv.AddUser("openldap", login, strings.ToUpper(login[:1])+login[1:])
 	}
-	tlsCfg, err := l.CA.ServerTLS("127.0.0.1", "localhost")
+	hs, url, err := serveTLS(l, srv, "the Rancher API")
 	if err != nil {
 		return nil, err
 	}
+	return &rancherLab{server: srv, http: hs, url: url, token: token}, nil
+}
+
+// serveTLS serves h on a free port of 127.0.0.1 with a certificate of the
+// lab's CA, and returns its server and https URL.
+func serveTLS(l *lab.Lab, h http.Handler, what string) (*http.Server, string, error) {
+	tlsCfg, err := l.CA.ServerTLS("127.0.0.1", "localhost")
+	if err != nil {
+		return nil, "", err
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("listening for the Rancher API: %w", err)
+		return nil, "", fmt.Errorf("listening for %s: %w", what, err)
 	}
-	hs := &http.Server{Handler: srv, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: h, TLSConfig: tlsCfg, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.ServeTLS(ln, "", "") }()
-	return &rancherLab{server: srv, http: hs, url: "https://" + ln.Addr().String(), token: token}, nil
+	return hs, "https://" + ln.Addr().String(), nil
 }
 
 func (r *rancherLab) close() { _ = r.http.Close() }

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -492,28 +491,11 @@ func (st *state) genericPatch(r *resource, ns, name, sub, contentType string, bo
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	var patched []byte
-	switch contentType {
-	case string(types.JSONPatchType):
-		ops, err := decodeJSONPatch(body)
-		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-		if patched, err = applyJSONPatch(curJSON, ops); err != nil {
-			return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
-				Status: metav1.StatusFailure, Code: 422, Reason: metav1.StatusReasonInvalid,
-				Message: "the server rejected our request due to an error in our request", Details: &metav1.StatusDetails{},
-			}}
-		}
-	case string(types.MergePatchType):
-		if patched, err = mergePatch(curJSON, body); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-	case string(types.StrategicMergePatchType):
-		if patched, err = strategicpatch.StrategicMergePatch(curJSON, body, r.typed()); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-	default:
+	patched, handled, err := patchBytes(curJSON, contentType, body, r.typed())
+	if err != nil {
+		return nil, err
+	}
+	if !handled {
 		return nil, unsupportedPatch(r)
 	}
 	upd, err := unstructuredFrom(patched)

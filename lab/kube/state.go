@@ -460,29 +460,12 @@ func (st *state) patch(r *resource, ns, name, sub, contentType string, body []by
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
-	var patched []byte
-	switch contentType {
-	case string(types.JSONPatchType):
-		ops, err := decodeJSONPatch(body)
-		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-		if patched, err = applyJSONPatch(cur, ops); err != nil {
-			// kube-apiserver says no more than this about a failed JSON patch.
-			return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
-				Status: metav1.StatusFailure, Code: 422, Reason: metav1.StatusReasonInvalid,
-				Message: "the server rejected our request due to an error in our request", Details: &metav1.StatusDetails{},
-			}}
-		}
-	case string(types.MergePatchType):
-		if patched, err = mergePatch(cur, body); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-	case string(types.StrategicMergePatchType):
-		if patched, err = strategicpatch.StrategicMergePatch(cur, body, r.newObject()); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-	case string(types.ApplyPatchType), string(types.ApplyCBORPatchType):
+	patched, handled, err := patchBytes(cur, contentType, body, r.newObject())
+	switch {
+	case err != nil:
+		return nil, err
+	case handled:
+	case contentType == string(types.ApplyPatchType) || contentType == string(types.ApplyCBORPatchType):
 		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
 			Status: metav1.StatusFailure, Code: 415, Reason: metav1.StatusReasonUnsupportedMediaType,
 			Message: "server-side apply is not supported by the Kubernetes API emulator",
@@ -716,4 +699,39 @@ func defaultPullPolicy(image string) corev1.PullPolicy {
 		return corev1.PullAlways
 	}
 	return corev1.PullIfNotPresent
+}
+
+// patchBytes applies a JSON patch, a JSON merge patch or a strategic
+// merge patch (with typed's Go type; nil takes none) to cur, with
+// kube-apiserver's errors. handled is false for any other content type.
+func patchBytes(cur []byte, contentType string, body []byte, typed runtime.Object) (patched []byte, handled bool, err error) {
+	switch contentType {
+	case string(types.JSONPatchType):
+		ops, err := decodeJSONPatch(body)
+		if err != nil {
+			return nil, true, apierrors.NewBadRequest(err.Error())
+		}
+		if patched, err = applyJSONPatch(cur, ops); err != nil {
+			// kube-apiserver says no more than this about a failed JSON patch.
+			return nil, true, &apierrors.StatusError{ErrStatus: metav1.Status{
+				Status: metav1.StatusFailure, Code: 422, Reason: metav1.StatusReasonInvalid,
+				Message: "the server rejected our request due to an error in our request", Details: &metav1.StatusDetails{},
+			}}
+		}
+		return patched, true, nil
+	case string(types.MergePatchType):
+		if patched, err = mergePatch(cur, body); err != nil {
+			return nil, true, apierrors.NewBadRequest(err.Error())
+		}
+		return patched, true, nil
+	case string(types.StrategicMergePatchType):
+		if typed == nil {
+			return nil, false, nil
+		}
+		if patched, err = strategicpatch.StrategicMergePatch(cur, body, typed); err != nil {
+			return nil, true, apierrors.NewBadRequest(err.Error())
+		}
+		return patched, true, nil
+	}
+	return nil, false, nil
 }

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/taloscluster/taloscluster/internal/boundedfile"
+	"github.com/taloscluster/taloscluster/plugins/internal/kubeobj"
 	"github.com/taloscluster/taloscluster/reconcile"
 	"github.com/taloscluster/taloscluster/reconcile/plan"
 	"github.com/taloscluster/taloscluster/reconcile/spec"
@@ -349,15 +349,7 @@ func newClient(cfg *rest.Config) (*client, error) {
 }
 
 func (c *client) resource(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
-	gvk := o.GroupVersionKind()
-	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, fmt.Errorf("the API does not serve %s (are its CRDs installed?): %w", gvk.Kind, err)
-	}
-	if m.Scope.Name() == apimeta.RESTScopeNameNamespace {
-		return c.dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
-	}
-	return c.dyn.Resource(m.Resource), nil
+	return kubeobj.Resource(c.dyn, c.mapper, o, metav1.NamespaceDefault)
 }
 
 // rancherID is the id Rancher gave the cluster, as its agent keeps it:
@@ -420,27 +412,7 @@ func (c *client) read(ctx context.Context, o *unstructured.Unstructured) (object
 	if err != nil {
 		return object{}, fmt.Errorf("a dry run of its apply: %w", err)
 	}
-	return object{obj: o, exists: true, drift: differences(have.Object, would.Object)}, nil
-}
-
-// differences names the top-level fields (and the labels and
-// annotations) in which would differs from have, leaving out what the API
-// server keeps for itself.
-func differences(have, would map[string]any) []string {
-	var out []string
-	for _, k := range []string{"spec", "data", "stringData", "type"} {
-		if !reflect.DeepEqual(have[k], would[k]) {
-			out = append(out, k)
-		}
-	}
-	for _, k := range []string{"labels", "annotations"} {
-		h, _, _ := unstructured.NestedFieldNoCopy(have, "metadata", k)
-		w, _, _ := unstructured.NestedFieldNoCopy(would, "metadata", k)
-		if !reflect.DeepEqual(h, w) {
-			out = append(out, "metadata."+k)
-		}
-	}
-	return out
+	return object{obj: o, exists: true, drift: kubeobj.Differences(have.Object, would.Object)}, nil
 }
 
 func describe(o *unstructured.Unstructured) string {

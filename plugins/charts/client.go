@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/taloscluster/taloscluster/plugins/internal/kubeobj"
 )
 
 // callTimeout bounds each request to the cluster's API.
@@ -215,19 +216,7 @@ func pendingChange(status string) bool {
 }
 
 func (k *kube) resource(o *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
-	gvk := o.GroupVersionKind()
-	m, err := k.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, fmt.Errorf("the API does not serve %s (are its CRDs installed?): %w", gvk.Kind, err)
-	}
-	if m.Scope.Name() == apimeta.RESTScopeNameNamespace {
-		ns := o.GetNamespace()
-		if ns == "" {
-			ns = "default"
-		}
-		return k.dyn.Resource(m.Resource).Namespace(ns), nil
-	}
-	return k.dyn.Resource(m.Resource), nil
+	return kubeobj.Resource(k.dyn, k.mapper, o, metav1.NamespaceDefault)
 }
 
 // isNoMatch reports resource's error for a kind the API does not serve.
@@ -314,28 +303,8 @@ func (k *kube) read(ctx context.Context, o *unstructured.Unstructured, diff bool
 	if err != nil {
 		return object{}, fmt.Errorf("a dry run of the apply of %s: %w", describe(o), redacted(o, err))
 	}
-	ob.drift = differences(have.Object, would.Object)
+	ob.drift = kubeobj.Differences(have.Object, would.Object)
 	return ob, nil
-}
-
-// differences names the top-level fields (and the labels and
-// annotations) in which would differs from have, leaving out what the API
-// server keeps for itself.
-func differences(have, would map[string]any) []string {
-	var out []string
-	for _, k := range []string{"spec", "data", "stringData", "type"} {
-		if !reflect.DeepEqual(have[k], would[k]) {
-			out = append(out, k)
-		}
-	}
-	for _, k := range []string{"labels", "annotations"} {
-		h, _, _ := unstructured.NestedFieldNoCopy(have, "metadata", k)
-		w, _, _ := unstructured.NestedFieldNoCopy(would, "metadata", k)
-		if !reflect.DeepEqual(h, w) {
-			out = append(out, "metadata."+k)
-		}
-	}
-	return out
 }
 
 var namespaces = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/taloscluster/taloscluster/plugins/internal/kubeobj"
 )
 
 // FieldManager is the field manager of the plugin's server-side applies.
@@ -167,18 +169,9 @@ func (d *downstream) apply(ctx context.Context, objs []*unstructured.Unstructure
 func (d *downstream) applyOne(ctx context.Context, o *unstructured.Unstructured) error {
 	ctx, cancel := context.WithTimeout(ctx, kubeTimeout)
 	defer cancel()
-	gvk := o.GroupVersionKind()
-	m, err := d.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	ri, err := kubeobj.Resource(d.dyn, d.mapper, o, metav1.NamespaceDefault)
 	if err != nil {
-		return fmt.Errorf("the cluster does not serve %s: %w", gvk.Kind, err)
-	}
-	var ri dynamic.ResourceInterface = d.dyn.Resource(m.Resource)
-	if m.Scope.Name() == apimeta.RESTScopeNameNamespace {
-		ns := o.GetNamespace()
-		if ns == "" {
-			ns = metav1.NamespaceDefault
-		}
-		ri = d.dyn.Resource(m.Resource).Namespace(ns)
+		return err
 	}
 	_, err = ri.Apply(ctx, o.GetName(), o, metav1.ApplyOptions{FieldManager: FieldManager, Force: true})
 	if o.GetKind() == "Secret" {
