@@ -68,6 +68,10 @@ func (a *Agent) runMutation(ctx context.Context, j Job) Requeue {
 	r := a.begin(ctx, j)
 	defer a.board.setRunning(Job{Cluster: j.Cluster}, time.Time{})
 	err := r.converge(ctx)
+	// The run is over: the status page stops showing it before its
+	// commit status says so, so whoever reads the one after the other
+	// never sees an ended run still running.
+	a.board.setRunning(Job{Cluster: j.Cluster}, time.Time{})
 	return r.finish(ctx, err, settle(r.verdict(ctx, err)))
 }
 
