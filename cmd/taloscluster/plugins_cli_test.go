@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -134,6 +135,15 @@ func TestConvergeRunsRancherAndCharts(t *testing.T) {
 	}
 	if !slices.Equal(states, []string{"charts " + check.StateInSync, "rancher " + check.StateInSync}) {
 		t.Errorf("check after converge: plugins %v", states)
+	}
+
+	code, out, errOut = run("status", "-o", "json")
+	var st clusterStatus
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+		t.Fatalf("status -o json (exit %d): %v\n%s\n%s", code, err, out, errOut)
+	}
+	if len(st.Plugins) != 2 || st.Plugins[0].State != reconcile.PluginInSync || st.Plugins[1].State != reconcile.PluginInSync {
+		t.Errorf("status after converge: plugins %+v, want charts and rancher in sync", st.Plugins)
 	}
 
 	// Rancher refuses to delete the registration: destroy still removes

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,9 @@ type clusterStatus struct {
 	Endpoints statusEndpoints `json:"endpoints" yaml:"endpoints"`
 	Machines  []statusMachine `json:"machines" yaml:"machines"`
 	Nodes     []statusNode    `json:"nodes" yaml:"nodes"`
+	// Plugins are the configured plugins against cluster.yaml, as check
+	// reports them.
+	Plugins []statusPlugin `json:"plugins" yaml:"plugins"`
 	// Problems are what could not be read; the rest is still reported.
 	Problems []string `json:"problems" yaml:"problems"`
 	// failed are the problems that make status exit 1: a read that
@@ -58,6 +62,15 @@ type statusMachine struct {
 	RestartPending []string `json:"restart_pending,omitempty" yaml:"restart_pending,omitempty"`
 }
 
+type statusPlugin struct {
+	Name string `json:"name" yaml:"name"`
+	// State is in_sync, drift, deferred or unknown; Reason says why a
+	// plugin is deferred or unknown.
+	State  string   `json:"state" yaml:"state"`
+	Reason string   `json:"reason,omitempty" yaml:"reason,omitempty"`
+	Steps  []string `json:"steps,omitempty" yaml:"steps,omitempty"`
+}
+
 type statusNode struct {
 	Name       string `json:"name" yaml:"name"`
 	Ready      bool   `json:"ready" yaml:"ready"`
@@ -71,7 +84,8 @@ func newStatus() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [-C DIR] [-o text|yaml|json]",
 		Short: "Show provider resources, endpoints and nodes",
-		Long: "Status shows the provider's machines, the endpoints and the Kubernetes nodes.\n" +
+		Long: "Status shows the provider's machines, the endpoints, the Kubernetes nodes and,\n" +
+			"when plugins are configured, each plugin against cluster.yaml (as check does).\n" +
 			"It prints what it could read and exits 1 when a part could not be read (the\n" +
 			"provider API unreachable or refusing the credentials, the Kubernetes API not\n" +
 			"answering), with the reason on stderr.",
@@ -89,6 +103,7 @@ func newStatus() *cobra.Command {
 				return err
 			}
 			st := gatherStatus(cmd.Context(), e, dir)
+			gatherPlugins(cmd.Context(), e, &st)
 			out := cmd.OutOrStdout()
 			switch output {
 			case "yaml":
@@ -188,6 +203,31 @@ func gatherStatus(ctx context.Context, e *reconcile.Engine, dir string) clusterS
 	return st
 }
 
+// gatherPlugins reads the configured plugins' standing, as check does,
+// with a full observation of the cluster: only when a plugin is
+// configured. A plugin whose objects could not be read is a read that
+// failed.
+func gatherPlugins(ctx context.Context, e *reconcile.Engine, st *clusterStatus) {
+	st.Plugins = []statusPlugin{}
+	if !slices.ContainsFunc(e.Plugins, func(pl reconcile.Plugin) bool { return pl.Configured(e.Cluster) }) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	e.Progress = io.Discard
+	obs, err := e.Observe(ctx)
+	if err != nil {
+		st.fail("the plugins could not be read: " + err.Error())
+		return
+	}
+	for _, pc := range e.PluginChecks(ctx, obs) {
+		st.Plugins = append(st.Plugins, statusPlugin{Name: pc.Name, State: pc.State, Reason: pc.Reason, Steps: pc.Steps})
+		if pc.State == reconcile.PluginUnknown {
+			st.fail("the " + pc.Name + " plugin: " + pc.Reason)
+		}
+	}
+}
+
 // kubeconfigMissing says what a missing kubeconfig means. Where nothing
 // of the cluster exists yet, converge has not built it. On an existing
 // cluster (its machines and identity exist and it was bootstrapped) the
@@ -281,6 +321,22 @@ func printStatus(cmd *cobra.Command, st clusterStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Name, status, n.Kubernetes, n.Talos)
 	}
 	tw.Flush()
+	if len(st.Plugins) > 0 {
+		fmt.Fprintln(out)
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "PLUGIN\tSTATE")
+		for _, p := range st.Plugins {
+			state := strings.ReplaceAll(p.State, "_", " ")
+			switch {
+			case p.State == reconcile.PluginDrift:
+				state += fmt.Sprintf(" (%d to make: converge or plan shows them)", len(p.Steps))
+			case p.Reason != "":
+				state += ": " + p.Reason
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", p.Name, state)
+		}
+		tw.Flush()
+	}
 	for _, p := range st.Problems {
 		if !slices.Contains(st.failed, p) {
 			fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", p)
