@@ -79,7 +79,8 @@ func (c *controlAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// faults injects a github-* fault and hands every other kind to the lab.
+// faults injects a github-*, rancher-* or charts-* fault and hands every
+// other kind to the lab.
 func (c *controlAPI) faults(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<16))
 	if err != nil {
@@ -87,29 +88,14 @@ func (c *controlAPI) faults(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var f lab.Fault
-	if json.Unmarshal(body, &f) == nil && (strings.HasPrefix(f.Kind, "rancher-") && c.rancher != nil || strings.HasPrefix(f.Kind, "charts-") && c.charts != nil) {
-		inject := c.charts.inject
-		if strings.HasPrefix(f.Kind, "rancher-") {
-			inject = c.rancher.inject
-		}
-		detail, err := inject(f)
-		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
-			return
-		}
-		c.mu.Lock()
-		c.events = append(c.events, lab.LogEntry{Time: time.Now(), Source: "lab", Op: "fault", Target: f.Kind, Result: detail})
-		c.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]string{"injected": f.Kind})
-		return
-	}
-	if json.Unmarshal(body, &f) != nil || !strings.HasPrefix(f.Kind, "github-") {
+	inject := c.injector(body, &f)
+	if inject == nil {
 		r2 := r.Clone(r.Context())
 		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		c.lab.ServeHTTP(w, r2)
 		return
 	}
-	detail, err := c.inject(f)
+	detail, err := inject(f)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
@@ -118,6 +104,24 @@ func (c *controlAPI) faults(w http.ResponseWriter, r *http.Request) {
 	c.events = append(c.events, lab.LogEntry{Time: time.Now(), Source: "lab", Op: "fault", Target: f.Kind, Result: detail})
 	c.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]string{"injected": f.Kind})
+}
+
+// injector decodes a fault into f and returns what injects it beside the
+// lab's own: the forge's, the Rancher emulator's or the chart
+// repository's; nil for the lab's kinds.
+func (c *controlAPI) injector(body []byte, f *lab.Fault) func(lab.Fault) (string, error) {
+	if json.Unmarshal(body, f) != nil {
+		return nil
+	}
+	switch {
+	case strings.HasPrefix(f.Kind, "github-"):
+		return c.inject
+	case strings.HasPrefix(f.Kind, "rancher-") && c.rancher != nil:
+		return c.rancher.inject
+	case strings.HasPrefix(f.Kind, "charts-") && c.charts != nil:
+		return c.charts.inject
+	}
+	return nil
 }
 
 // inject applies a github-* fault to the forge and describes it.

@@ -289,16 +289,8 @@ func pathSegmentName(name string) []string {
 // genericCreate stores a new object the way kube-apiserver's create
 // strategies of the generic kinds prepare it.
 func (st *state) genericCreate(r *resource, ns string, u *unstructured.Unstructured, o genericOpts) (*unstructured.Unstructured, error) {
-	if r.namespaced {
-		if u.GetNamespace() != "" && u.GetNamespace() != ns {
-			return nil, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
-		}
-		u.SetNamespace(ns)
-	} else {
-		u.SetNamespace("")
-	}
-	if u.GetName() == "" && u.GetGenerateName() != "" {
-		u.SetName(u.GetGenerateName() + randomSuffix())
+	if err := placeNew(r, ns, u); err != nil {
+		return nil, err
 	}
 	if r.namespaced {
 		if err := st.admitNamespace(r, ns, u.GetName()); err != nil {

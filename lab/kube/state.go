@@ -282,16 +282,8 @@ func (st *state) create(r *resource, ns string, obj runtime.Object) (runtime.Obj
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
-	if r.namespaced {
-		if m.GetNamespace() != "" && m.GetNamespace() != ns {
-			return nil, apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
-		}
-		m.SetNamespace(ns)
-	} else {
-		m.SetNamespace("")
-	}
-	if m.GetName() == "" && m.GetGenerateName() != "" {
-		m.SetName(m.GetGenerateName() + randomSuffix())
+	if err := placeNew(r, ns, m); err != nil {
+		return nil, err
 	}
 	if errs := validate(r, obj); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(r.gvk().GroupKind(), m.GetName(), errs)
@@ -734,4 +726,23 @@ func patchBytes(cur []byte, contentType string, body []byte, typed runtime.Objec
 		return patched, true, nil
 	}
 	return nil, false, nil
+}
+
+// placeNew puts a new object in the request's namespace (none for a
+// cluster-scoped kind), refusing one that names another, and names it
+// from its generateName when it has no name, as kube-apiserver's create
+// does.
+func placeNew(r *resource, ns string, m metav1.Object) error {
+	if r.namespaced {
+		if m.GetNamespace() != "" && m.GetNamespace() != ns {
+			return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+		}
+		m.SetNamespace(ns)
+	} else {
+		m.SetNamespace("")
+	}
+	if m.GetName() == "" && m.GetGenerateName() != "" {
+		m.SetName(m.GetGenerateName() + randomSuffix())
+	}
+	return nil
 }
