@@ -193,7 +193,7 @@ func buildAgent(ctx context.Context, cfg *agent.Config, stderr io.Writer) (_ *ag
 		return nil, nil, fmt.Errorf("plugins.ca_file: %w", err)
 	}
 	runner := &agentRunner{store: store, log: log, releases: releases, redact: redact, drainTimeout: cfg.DrainTimeout.D(), secretsDir: cfg.SecretsDir,
-		pluginRoots: pluginRoots}
+		pluginRoots: pluginRoots, charts: charts.New(charts.Options{RootCAs: pluginRoots})}
 	deps := agent.Deps{Repo: repo, Forge: forge, Runner: runner,
 		Progress: store, Metrics: m, Redact: redact, Log: log, Outbox: reports, Release: release}
 	if fleet != nil {
@@ -374,6 +374,10 @@ type agentRunner struct {
 	// pluginRoots are the CAs the plugins' HTTPS clients trust (agent.yaml's
 	// plugins.ca_file and the system's); nil for the system's alone.
 	pluginRoots *x509.CertPool
+	// charts is the charts plugin every cluster's engine shares, so what
+	// it keeps between runs (the Gateway API's latest release and its
+	// ETag) serves them all.
+	charts *charts.Plugin
 }
 
 func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*reconcile.Engine, error) {
@@ -414,8 +418,11 @@ func (r *agentRunner) engine(cluster string, files fs.FS, progress io.Writer) (*
 		// can only name a file of the cluster's own secrets directory.
 		plugins = append(plugins, argocd.New(os.DirFS(filepath.Join(r.secretsDir, filepath.FromSlash(cluster)))))
 	}
-	plugins = append(plugins, rancher.New(rancher.Options{RootCAs: r.pluginRoots}),
-		charts.New(charts.Options{RootCAs: r.pluginRoots}))
+	chartsPlugin := r.charts
+	if chartsPlugin == nil {
+		chartsPlugin = charts.New(charts.Options{RootCAs: r.pluginRoots})
+	}
+	plugins = append(plugins, rancher.New(rancher.Options{RootCAs: r.pluginRoots}), chartsPlugin)
 	return &reconcile.Engine{Cluster: c, Warnings: warnings, State: r.store, Key: cluster, Infra: infra, Progress: progress, Log: r.log,
 		DrainTimeout: r.drainTimeout, Plugins: plugins}, nil
 }

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -40,12 +41,21 @@ const (
 type fetcher struct {
 	client *http.Client
 	allow  func(string) error
+
+	// latest keeps the Gateway API's latest release tag by API base,
+	// with the ETag GitHub answered it with: the next question is
+	// conditional, and GitHub does not charge a 304 to the rate limit.
+	mu     sync.Mutex
+	latest map[string]etagged
 }
+
+// etagged is an answer and the ETag it came with.
+type etagged struct{ etag, tag string }
 
 func newFetcher(o Options) *fetcher {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12}
-	f := &fetcher{allow: o.AllowURL}
+	f := &fetcher{allow: o.AllowURL, latest: map[string]etagged{}}
 	f.client = &http.Client{Transport: t, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= maxRedirect {
 			return errors.New("too many redirects")
@@ -81,39 +91,51 @@ func (f *fetcher) check(u *url.URL) error {
 
 // get downloads raw, at most limit bytes, within timeout.
 func (f *fetcher) get(ctx context.Context, raw string, limit int64, timeout time.Duration, header map[string]string) ([]byte, error) {
+	data, _, err := f.getIf(ctx, raw, limit, timeout, header, nil)
+	return data, err
+}
+
+// getIf is get that also takes 304 Not Modified when notModified says
+// so (a conditional request), and returns the answer's headers.
+func (f *fetcher) getIf(ctx context.Context, raw string, limit int64, timeout time.Duration, header map[string]string,
+	notModified func(http.Header)) ([]byte, http.Header, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		// Not quoted: a URL that does not parse may still hold a password.
-		return nil, errors.New("a URL does not parse")
+		return nil, nil, errors.New("a URL does not parse")
 	}
 	if err := f.check(u); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	resp, err := f.client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u.Redacted(), unwrapURL(err))
+		return nil, nil, fmt.Errorf("GET %s: %w", u.Redacted(), unwrapURL(err))
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)
+	switch {
+	case resp.StatusCode == http.StatusNotModified && notModified != nil:
+		notModified(resp.Header)
+		return nil, resp.Header, nil
+	case resp.StatusCode != http.StatusOK:
+		return nil, nil, fmt.Errorf("GET %s: %s", u.Redacted(), resp.Status)
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
-		return nil, fmt.Errorf("GET %s: %w", u.Redacted(), err)
+		return nil, nil, fmt.Errorf("GET %s: %w", u.Redacted(), err)
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("GET %s: more than %d bytes", u.Redacted(), limit)
+		return nil, nil, fmt.Errorf("GET %s: more than %d bytes", u.Redacted(), limit)
 	}
-	return data, nil
+	return data, resp.Header, nil
 }
 
 // unwrapURL drops url.Error's repetition of the method and URL.
@@ -217,10 +239,24 @@ var tagText = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
 // gatewayLatest asks GitHub's API (base) for the Gateway API's latest
 // release tag.
 func (f *fetcher) gatewayLatest(ctx context.Context, base string) (string, error) {
-	data, err := f.get(ctx, strings.TrimRight(base, "/")+"/repos/kubernetes-sigs/gateway-api/releases/latest", maxAPI, githubTimeout,
-		map[string]string{"Accept": "application/vnd.github+json"})
+	header := map[string]string{"Accept": "application/vnd.github+json"}
+	f.mu.Lock()
+	known, ok := f.latest[base]
+	f.mu.Unlock()
+	if ok && known.etag != "" {
+		header["If-None-Match"] = known.etag
+	}
+	unchanged := false
+	data, h, err := f.getIf(ctx, strings.TrimRight(base, "/")+"/repos/kubernetes-sigs/gateway-api/releases/latest", maxAPI, githubTimeout,
+		header, func(http.Header) { unchanged = ok })
 	if err != nil {
 		return "", err
+	}
+	if unchanged {
+		return known.tag, nil
+	}
+	if data == nil {
+		return "", errors.New("GitHub answered 304 Not Modified to a question it was not asked")
 	}
 	var rel struct {
 		Tag string `json:"tag_name"`
@@ -230,6 +266,11 @@ func (f *fetcher) gatewayLatest(ctx context.Context, base string) (string, error
 	}
 	if !tagText.MatchString(rel.Tag) {
 		return "", errors.New("the latest release's tag is not a version")
+	}
+	if etag := h.Get("ETag"); etag != "" {
+		f.mu.Lock()
+		f.latest[base] = etagged{etag: etag, tag: rel.Tag}
+		f.mu.Unlock()
 	}
 	return rel.Tag, nil
 }

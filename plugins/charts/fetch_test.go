@@ -67,3 +67,38 @@ var errTest = errString("refused")
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+// TestGatewayLatestIsConditional: the Gateway API's latest release is
+// asked again with the ETag of the last answer, and a 304 (which GitHub
+// does not charge to the rate limit) keeps the tag known; a new release
+// is seen at once.
+func TestGatewayLatestIsConditional(t *testing.T) {
+	t.Parallel()
+	tag, full := "v1.3.0", 0
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		etag := `"` + tag + `"`
+		if r.Header.Get("If-None-Match") == etag {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		full++
+		w.Header().Set("ETag", etag)
+		_, _ = w.Write([]byte(`{"tag_name": "` + tag + `"}`))
+	}))
+	t.Cleanup(srv.Close)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	f := newFetcher(Options{RootCAs: roots})
+	for range 3 {
+		if got, err := f.gatewayLatest(t.Context(), srv.URL); err != nil || got != "v1.3.0" {
+			t.Fatalf("latest %q %v", got, err)
+		}
+	}
+	if full != 1 {
+		t.Errorf("%d full answers for three questions, want one and two 304s", full)
+	}
+	tag = "v1.4.0"
+	if got, err := f.gatewayLatest(t.Context(), srv.URL); err != nil || got != "v1.4.0" {
+		t.Errorf("after a new release: %q %v", got, err)
+	}
+}
