@@ -572,7 +572,10 @@ func (h *talosHooks) Bootstrapped(c talos.Cluster) {
 		Version: c.KubernetesVersion, ReadyDelay: l.opts.ReadyDelay, NodeMonitorGracePeriod: l.opts.nodeMonitorGracePeriod(), Logger: l.log,
 		// The Deployments plugins install (MetalLB's controller, a
 		// chart's workloads) turn available as their pods would run.
-		DeploymentsAvailable: true})
+		DeploymentsAvailable: true,
+		// An emptied namespace is gone a moment after its delete, as the
+		// namespace controller finishes it.
+		NamespaceFinalizeDelay: time.Second})
 	if err != nil {
 		l.event("kube-failed", c.Name, err.Error())
 		return

@@ -37,8 +37,11 @@
 //   - namespaces: list, get, create, update, patch, server-side apply, dry
 //     runs, and delete: the namespace is marked (deletionTimestamp, phase
 //     Terminating, the answer to the DELETE), then the namespace controller
-//     deletes everything in it, of every kind, and the namespace is gone as
-//     soon as nothing is left, before the answer is sent; a pod that no
+//     deletes everything in it, of every kind, before the answer is sent,
+//     and the namespace is gone once nothing is left and
+//     [Options.NamespaceFinalizeDelay] has passed (at once without one;
+//     the lab's clusters keep it a second, as the controller's sweep
+//     takes a moment); a pod that no
 //     kubelet finishes (its node has none, or a stopped one) keeps the
 //     namespace Terminating until it is gone. default, kube-system and
 //     kube-public may not be deleted (403). Creating anything in a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,8 +39,10 @@ func (st *state) admitNamespace(r *resource, ns, name string) error {
 
 // deleteNamespace marks a namespace for deletion, as the namespace
 // registry does (deletionTimestamp, phase Terminating); the namespace
-// controller (finishNamespaces) then empties and removes it before the
-// answer is sent. The answer is the namespace as marked.
+// controller (finishNamespaces) then empties it before the answer is
+// sent, and removes it once Options.NamespaceFinalizeDelay has passed
+// (the server reconciles again then). The answer is the namespace as
+// marked.
 func (st *state) deleteNamespace(name string, opts *metav1.DeleteOptions, dryRun bool) (runtime.Object, error) {
 	obj, err := st.lookup(namespacesResource, "", name)
 	if err != nil {
@@ -63,6 +66,10 @@ func (st *state) deleteNamespace(name string, opts *metav1.DeleteOptions, dryRun
 		return ns, nil
 	}
 	st.store(namespacesResource, ns)
+	if st.deleted == nil {
+		st.deleted = map[string]time.Time{}
+	}
+	st.deleted[name] = st.now()
 	out := ns.DeepCopy()
 	st.reconcile()
 	return out, nil
@@ -80,8 +87,9 @@ func (st *state) finishNamespaces() bool {
 		if ns.DeletionTimestamp == nil {
 			continue
 		}
-		if st.emptyNamespace(name) {
+		if st.emptyNamespace(name) && !st.now().Before(st.deleted[name].Add(st.namespaceLinger)) {
 			delete(st.objs[namespacesResource], name)
+			delete(st.deleted, name)
 			changed = true
 		}
 	}

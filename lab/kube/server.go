@@ -55,6 +55,12 @@ type Options struct {
 	// --node-monitor-grace-period, whose default is
 	// DefaultNodeMonitorGracePeriod. Zero or less marks it at once.
 	NodeMonitorGracePeriod time.Duration
+	// NamespaceFinalizeDelay is how long an emptied namespace stays
+	// Terminating before it is gone: the namespace controller of
+	// kube-controller-manager removes its finalizer only after its
+	// deletion sweep, seconds after the delete was answered. Zero removes
+	// it before the delete is answered.
+	NamespaceFinalizeDelay time.Duration
 	// DeploymentsAvailable plays the Deployment controller and the
 	// kubelets of a Deployment's pods at once: every Deployment written
 	// shows all its replicas updated, ready and available, with the
@@ -135,6 +141,7 @@ func New(opts Options) (*Server, error) {
 	cfg.GetCertificate = s.certificateFor
 	s.st = newState()
 	s.st.deploymentsAvailable = opts.DeploymentsAvailable
+	s.st.namespaceLinger = opts.NamespaceFinalizeDelay
 	return s, nil
 }
 

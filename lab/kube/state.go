@@ -133,6 +133,11 @@ type state struct {
 	now       func() time.Time
 	// deploymentsAvailable is Options.DeploymentsAvailable.
 	deploymentsAvailable bool
+	// namespaceLinger is Options.NamespaceFinalizeDelay; deleted holds
+	// when each terminating namespace was deleted (its deletionTimestamp
+	// keeps whole seconds only).
+	namespaceLinger time.Duration
+	deleted         map[string]time.Time
 }
 
 func newState() *state {

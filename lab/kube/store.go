@@ -3,6 +3,7 @@ package kube
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -203,6 +204,9 @@ func (s *Server) serveNamespace(r *http.Request, req request, verb string, body 
 	case verb == "delete" && req.sub == "":
 		obj, err = st.deleteNamespace(req.name, del, o.dryRun)
 		code = http.StatusOK
+		if err == nil && !o.dryRun && st.namespaceLinger > 0 {
+			s.finalizeLater(st.namespaceLinger)
+		}
 	case apply && req.sub == "":
 		obj, code, err = st.namespaceApply(req.name, body, o.manager, o.force)
 	default:
@@ -217,4 +221,16 @@ func (s *Server) serveNamespace(r *http.Request, req request, verb string, body 
 		ns.ResourceVersion = before
 	}
 	return obj, code, nil
+}
+
+// finalizeLater lets the namespace controller look again after d, when a
+// terminating namespace's finalizer is due to go.
+func (s *Server) finalizeLater(d time.Duration) {
+	time.AfterFunc(d+10*time.Millisecond, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if !s.closing {
+			s.st.reconcile()
+		}
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -513,5 +514,47 @@ func TestDeploymentsAvailable(t *testing.T) {
 		if availableNow != on {
 			t.Errorf("DeploymentsAvailable %v: the new Deployment's status %+v", on, got.Status)
 		}
+	}
+}
+
+// TestNamespaceFinalizeDelay: with a finalize delay, a deleted namespace
+// is emptied at once but stays Terminating (refusing new content) until
+// the delay has passed, then is gone.
+func TestNamespaceFinalizeDelay(t *testing.T) {
+	t.Parallel()
+	s, _, _ := startEmulator(t, kube.Options{NamespaceFinalizeDelay: 300 * time.Millisecond})
+	c := adminClient(t, s)
+	ctx := testContext(t)
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "conf", Namespace: "apps"}}
+	if _, err := c.CoreV1().ConfigMaps("apps").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CoreV1().Namespaces().Delete(ctx, "apps", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.CoreV1().Namespaces().Get(ctx, "apps", metav1.GetOptions{})
+	if err != nil || ns.Status.Phase != corev1.NamespaceTerminating {
+		t.Fatalf("the namespace right after its delete: %v %v, want Terminating", ns.Status.Phase, err)
+	}
+	if _, err := c.CoreV1().ConfigMaps("apps").Get(ctx, "conf", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the namespace's content after its delete: %v, want it gone", err)
+	}
+	cm.ResourceVersion = ""
+	if _, err := c.CoreV1().ConfigMaps("apps").Create(ctx, cm, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("creating in the terminating namespace: %v, want Forbidden", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := c.CoreV1().Namespaces().Get(ctx, "apps", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the namespace is still there 5 s after its delete: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
