@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -213,18 +212,7 @@ func (st *state) genericGet(r *resource, ns, name string) (*unstructured.Unstruc
 // list type of the kind.
 func (st *state) genericList(r *resource, ns string, lsel labels.Selector, fsel fields.Selector) (runtime.Object, error) {
 	store := st.objs[r.storage()]
-	keys := make([]string, 0, len(store))
-	for k, obj := range store {
-		u := obj.(*unstructured.Unstructured)
-		if ns != "" && u.GetNamespace() != ns {
-			continue
-		}
-		if !lsel.Matches(labels.Set(u.GetLabels())) || !fsel.Matches(fieldSet(u)) {
-			continue
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := matching(store, ns, lsel, fsel)
 	items := make([]any, 0, len(keys))
 	for _, k := range keys {
 		u := store[k].(*unstructured.Unstructured).DeepCopy()

@@ -225,18 +225,7 @@ func fieldSet(obj runtime.Object) fields.Set {
 // list returns the objects of r in ns (all namespaces when empty) that match
 // the selectors, sorted by namespace and name as etcd returns them.
 func (st *state) list(r *resource, ns string, lsel labels.Selector, fsel fields.Selector) runtime.Object {
-	keys := make([]string, 0, len(st.objs[r]))
-	for k, obj := range st.objs[r] {
-		m, _ := meta.Accessor(obj)
-		if ns != "" && m.GetNamespace() != ns {
-			continue
-		}
-		if !lsel.Matches(labels.Set(m.GetLabels())) || !fsel.Matches(fieldSet(obj)) {
-			continue
-		}
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := matching(st.objs[r], ns, lsel, fsel)
 	lm := metav1.ListMeta{ResourceVersion: strconv.FormatUint(st.rv, 10)}
 	switch r {
 	case nodesResource:
@@ -750,4 +739,23 @@ func placeNew(r *resource, ns string, m metav1.Object) error {
 		m.SetName(m.GetGenerateName() + randomSuffix())
 	}
 	return nil
+}
+
+// matching returns the keys of the objects of store in ns (all
+// namespaces when empty) that match the selectors, sorted as etcd
+// returns them.
+func matching(store map[string]runtime.Object, ns string, lsel labels.Selector, fsel fields.Selector) []string {
+	keys := make([]string, 0, len(store))
+	for k, obj := range store {
+		m, _ := meta.Accessor(obj)
+		if ns != "" && m.GetNamespace() != ns {
+			continue
+		}
+		if !lsel.Matches(labels.Set(m.GetLabels())) || !fsel.Matches(fieldSet(obj)) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -522,7 +522,7 @@ func TestDeploymentsAvailable(t *testing.T) {
 // the delay has passed, then is gone.
 func TestNamespaceFinalizeDelay(t *testing.T) {
 	t.Parallel()
-	s, _, _ := startEmulator(t, kube.Options{NamespaceFinalizeDelay: 300 * time.Millisecond})
+	s, _, _ := startEmulator(t, kube.Options{NamespaceFinalizeDelay: 3 * time.Second})
 	c := adminClient(t, s)
 	ctx := testContext(t)
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps"}}, metav1.CreateOptions{}); err != nil {
@@ -546,14 +546,14 @@ func TestNamespaceFinalizeDelay(t *testing.T) {
 	if _, err := c.CoreV1().ConfigMaps("apps").Create(ctx, cm, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("creating in the terminating namespace: %v, want Forbidden", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(15 * time.Second)
 	for {
 		_, err := c.CoreV1().Namespaces().Get(ctx, "apps", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the namespace is still there 5 s after its delete: %v", err)
+			t.Fatalf("the namespace is still there 15 s after its delete: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
