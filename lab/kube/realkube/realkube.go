@@ -159,6 +159,29 @@ func start(t testing.TB, bins map[string]string, opts Options) *ControlPlane {
 // stops them. On an error it returns the control plane too when a process
 // was started, so that it can be stopped and its logs read.
 func Launch(dir string, bins map[string]string, opts Options) (*ControlPlane, error) {
+	// The ports are picked free, but another process may take one before
+	// etcd or kube-apiserver binds it: that launch is thrown away and
+	// another made on fresh ports.
+	for attempt := 1; ; attempt++ {
+		d := dir
+		if attempt > 1 {
+			d = filepath.Join(dir, fmt.Sprintf("attempt-%d", attempt))
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return nil, err
+			}
+		}
+		cp, err := launch(d, bins, opts)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return cp, err
+		}
+		if cp != nil {
+			cp.Stop()
+		}
+	}
+}
+
+// launch is one try of Launch, in dir.
+func launch(dir string, bins map[string]string, opts Options) (*ControlPlane, error) {
 	caCert, caKey, err := kube.NewCA("kubernetes")
 	if err != nil {
 		return nil, err
