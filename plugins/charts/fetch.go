@@ -10,11 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	chart "helm.sh/helm/v4/pkg/chart/v2"
@@ -55,6 +58,8 @@ type etagged struct{ etag, tag string }
 func newFetcher(o Options) *fetcher {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.TLSClientConfig = &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12}
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: refuseLinkLocal}
+	t.DialContext = dialer.DialContext
 	f := &fetcher{allow: o.AllowURL, latest: map[string]etagged{}}
 	f.client = &http.Client{Transport: t, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= maxRedirect {
@@ -273,4 +278,23 @@ func (f *fetcher) gatewayLatest(ctx context.Context, base string) (string, error
 		f.mu.Unlock()
 	}
 	return rel.Tag, nil
+}
+
+// refuseLinkLocal refuses a connection to a link-local or unspecified
+// address, whatever name or redirect led there: no chart repository is
+// served there, but a cloud's instance metadata (169.254.169.254, with
+// its credentials) is. It sees the address actually dialled, after DNS.
+func refuseLinkLocal(_, address string, _ syscall.RawConn) error {
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return err
+	}
+	if ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() {
+		return fmt.Errorf("%s is a link-local or unspecified address, which the plugin never fetches from", ip)
+	}
+	return nil
 }

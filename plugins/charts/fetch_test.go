@@ -1,6 +1,7 @@
 package charts
 
 import (
+	"context"
 	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
@@ -100,5 +101,26 @@ func TestGatewayLatestIsConditional(t *testing.T) {
 	tag = "v1.4.0"
 	if got, err := f.gatewayLatest(t.Context(), srv.URL); err != nil || got != "v1.4.0" {
 		t.Errorf("after a new release: %q %v", got, err)
+	}
+}
+
+// TestLinkLocalIsNeverFetched: a repository at a link-local address (a
+// cloud's instance metadata) is refused at the dial, whatever URL or
+// redirect leads there; loopback and other addresses are dialled.
+func TestLinkLocalIsNeverFetched(t *testing.T) {
+	t.Parallel()
+	for addr, refused := range map[string]bool{
+		"169.254.169.254:80": true, "[fe80::1]:443": true, "0.0.0.0:443": true,
+		"127.0.0.1:443": false, "10.0.0.1:443": false, "[2001:db8::1]:443": false,
+	} {
+		if err := refuseLinkLocal("tcp", addr, nil); (err != nil) != refused {
+			t.Errorf("%s: %v, want refused %v", addr, err, refused)
+		}
+	}
+	f := newFetcher(Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := f.get(ctx, "http://169.254.169.254/latest/meta-data/", 1024, time.Minute, nil); err == nil || !strings.Contains(err.Error(), "link-local") {
+		t.Errorf("fetching the instance metadata: %v, want a link-local refusal", err)
 	}
 }
