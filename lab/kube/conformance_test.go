@@ -445,7 +445,10 @@ var conformanceCases = []conformanceCase{
 		f.pod(ctx, t, ns, "web-1", node, sel, true)
 		f.pod(ctx, t, ns, "web-2", node, sel, true)
 		two := intstr.FromInt32(2)
-		pdb := f.budget(ctx, t, ns, "web", policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: sel}}, 2)
+		f.budget(ctx, t, ns, "web", policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: sel}}, 2)
+		// The disruption controller may count the pods' readiness a
+		// moment after their number.
+		pdb := f.waitBudget(ctx, t, ns, "web", func(p *policyv1.PodDisruptionBudget) bool { return p.Status.CurrentHealthy == 2 })
 		if s := pdb.Status; s.CurrentHealthy != 2 || s.DesiredHealthy != 2 || s.DisruptionsAllowed != 0 || s.ExpectedPods != 2 {
 			t.Fatalf("budget status %+v, want healthy 2, desired 2, allowed 0, expected 2", s)
 		}
