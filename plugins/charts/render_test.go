@@ -2,12 +2,11 @@ package charts_test
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-	"testing/fstest"
+
+	"github.com/taloscluster/taloscluster/plugins/internal/plugintest"
 
 	"sigs.k8s.io/yaml"
 
@@ -19,25 +18,7 @@ import (
 // and secrets.yaml text appended.
 func load(t *testing.T, example, extra, secrets string) *spec.Cluster {
 	t.Helper()
-	fsys := fstest.MapFS{}
-	for _, f := range []string{"cluster.yaml", "secrets.yaml"} {
-		data, err := os.ReadFile(filepath.Join("..", "..", "examples", example, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := strings.ReplaceAll(string(data), "CHANGE-ME", "x0123456789")
-		if f == "cluster.yaml" {
-			text += "\n" + extra
-		} else {
-			text += "\n" + secrets
-		}
-		fsys[f] = &fstest.MapFile{Data: []byte(text)}
-	}
-	c, _, err := spec.LoadFS(fsys, "c", spec.Options{})
-	if err != nil {
-		t.Fatalf("loading %s with %q: %v", example, extra, err)
-	}
-	return c
+	return plugintest.Load(t, example, extra, secrets)
 }
 
 func entries(t *testing.T, c *spec.Cluster) map[string]charts.Entry {

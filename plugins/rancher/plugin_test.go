@@ -7,13 +7,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"testing/fstest"
 	"time"
+
+	"github.com/taloscluster/taloscluster/plugins/internal/plugintest"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -75,25 +75,8 @@ func newWorldAt(t *testing.T, opts labrancher.Options, prefix string) *world {
 // cluster.yaml and the url and token in secrets.yaml.
 func load(t *testing.T, url, rancherSection string) *spec.Cluster {
 	t.Helper()
-	fsys := fstest.MapFS{}
-	for _, f := range []string{"cluster.yaml", "secrets.yaml"} {
-		data, err := os.ReadFile(filepath.Join("..", "..", "examples", "proxmox-bridge", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := strings.ReplaceAll(string(data), "CHANGE-ME", "x0123456789")
-		if f == "cluster.yaml" {
-			text += "\nrancher:\n" + rancherSection
-		} else {
-			text += "\nrancher:\n  url: " + url + "\n  token: " + apiToken + "\n"
-		}
-		fsys[f] = &fstest.MapFile{Data: []byte(text)}
-	}
-	c, _, err := spec.LoadFS(fsys, "c", spec.Options{})
-	if err != nil {
-		t.Fatalf("loading with %q: %v", rancherSection, err)
-	}
-	return c
+	return plugintest.Load(t, "proxmox-bridge", "rancher:\n"+rancherSection,
+		"rancher:\n  url: "+url+"\n  token: "+apiToken+"\n")
 }
 
 func steps(t *testing.T, p *rancher.Plugin, env reconcile.PluginEnv) []plan.Change {
